@@ -1,0 +1,9 @@
+"""PettingZoo text games for self-play and cooperation.  Knows nothing of LLMs or training.
+
+``games.make(name, **kwargs)`` builds a registered game; ``games.names()`` lists them.
+"""
+
+from games.base import InvalidAction, TextGame
+from games.registry import make, names, register
+
+__all__ = ["InvalidAction", "TextGame", "make", "names", "register"]

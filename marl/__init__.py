@@ -1,0 +1,1 @@
+"""marl package."""
