@@ -6,4 +6,8 @@
 from games.base import InvalidAction, TextGame
 from games.registry import make, names, register
 
+# Importing a game module registers it (one file per game).
+# --- registered game modules (one import per line) ---
+# --- end of registered game modules ---
+
 __all__ = ["InvalidAction", "TextGame", "make", "names", "register"]
