@@ -1,0 +1,205 @@
+"""The transformers backend: one base model in memory, one LoRA adapter per role.
+
+Several roles share a :class:`ModelHost`; each role's :class:`HFPolicy` names its adapter, and
+the host switches adapters per batch (PEFT ``set_adapter``), so the base weights exist once.
+A role without an adapter runs the base with adapters disabled (that is also the frozen
+reference a KL term compares against).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Iterator, Sequence
+
+import torch
+import torch.nn.functional as F
+from peft import LoraConfig, PeftModel, get_peft_model
+
+from agents.policy import Request, Response, register_backend
+
+
+class ModelHost:
+    """A base causal LM plus named LoRA adapters, with batched scoring and generation."""
+
+    def __init__(self, model: torch.nn.Module, tokenizer, max_prompt_tokens: int = 1024) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_prompt_tokens = max_prompt_tokens
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        self.adapters: list[str] = []
+        self.truncations = 0
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def add_adapter(self, name: str, r: int = 8, alpha: int = 16, dropout: float = 0.0,
+                    targets: Sequence[str] = ("q_proj", "v_proj")) -> None:
+        """Attach a fresh LoRA adapter (B = 0, so it starts equal to the base model)."""
+        cfg = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout,
+                         target_modules=list(targets), task_type="CAUSAL_LM")
+        if isinstance(self.model, PeftModel):
+            self.model.add_adapter(name, cfg)
+        else:
+            self.model = get_peft_model(self.model, cfg, adapter_name=name)
+        self.adapters.append(name)
+
+    @contextlib.contextmanager
+    def use(self, adapter: str | None) -> Iterator[None]:
+        """Run the block with ``adapter`` active, or with every adapter disabled for ``None``."""
+        if not isinstance(self.model, PeftModel):
+            if adapter is not None:
+                raise KeyError(f"no adapter {adapter!r}: this model has none")
+            yield
+        elif adapter is None:
+            with self.model.disable_adapter():
+                yield
+        else:
+            if adapter not in self.adapters:
+                raise KeyError(f"no adapter {adapter!r}; known: {self.adapters}")
+            self.model.set_adapter(adapter)
+            yield
+
+    # ----- tokenisation
+    def prompt_ids(self, messages: list[dict[str, str]]) -> tuple[list[int], bool]:
+        """Chat-template the messages; keep the last ``max_prompt_tokens`` tokens if too long.
+
+        The tail holds the current state and the legal moves, so it is what must survive.
+        Returns the ids and whether they were truncated.
+        """
+        tok = self.tokenizer
+        if getattr(tok, "chat_template", None):
+            text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        else:
+            text = "\n\n".join(m["content"] for m in messages) + "\n\n"
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        if len(ids) <= self.max_prompt_tokens:
+            return ids, False
+        self.truncations += 1
+        warnings.warn(f"prompt of {len(ids)} tokens truncated to its last "
+                      f"{self.max_prompt_tokens} (max_prompt_tokens)", stacklevel=2)
+        return ids[-self.max_prompt_tokens:], True
+
+    def text_ids(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    # ----- batched compute
+    def sequence_logprobs(self, prompts: list[list[int]], completions: list[list[int]],
+                          temperature: float = 1.0) -> list[torch.Tensor]:
+        """Per-token ``log softmax(logits / T)`` of each completion given its prompt.
+
+        One right-padded forward over every (prompt + completion).  Gradients flow when called
+        outside ``torch.no_grad`` (the learner uses this same function).
+        """
+        seqs = [p + c for p, c in zip(prompts, completions, strict=True)]
+        width = max(len(s) for s in seqs)
+        pad = self.tokenizer.pad_token_id
+        ids = torch.full((len(seqs), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(seqs), width), dtype=torch.long)
+        for i, s in enumerate(seqs):
+            ids[i, : len(s)] = torch.tensor(s)
+            mask[i, : len(s)] = 1
+        logits = self.model(input_ids=ids.to(self.device),
+                            attention_mask=mask.to(self.device)).logits.float()
+        out = []
+        for i, (p, c) in enumerate(zip(prompts, completions, strict=True)):
+            # logits at position t predict token t+1
+            step = logits[i, len(p) - 1 : len(p) + len(c) - 1] / max(temperature, 1e-6)
+            tgt = torch.tensor(c, device=step.device)
+            out.append(F.log_softmax(step, dim=-1).gather(1, tgt[:, None]).squeeze(1))
+        return out
+
+    @torch.no_grad()
+    def generate(self, prompts: list[list[int]], max_new_tokens: int, temperature: float,
+                 top_p: float, seed: int) -> tuple[list[list[int]], list[list[float]]]:
+        """Sample completions for a left-padded batch; returns token ids and their log-probs.
+
+        Log-probs are of the sampling distribution ``softmax(logits / T)`` (``T = 1`` for
+        greedy), cut at the first end-of-sequence token.
+        """
+        pad = self.tokenizer.pad_token_id
+        eos = self.tokenizer.eos_token_id
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            ids[i, width - len(p):] = torch.tensor(p)
+            mask[i, width - len(p):] = 1
+        greedy = temperature <= 0
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            out = self.model.generate(
+                input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
+                max_new_tokens=max_new_tokens, do_sample=not greedy,
+                temperature=None if greedy else temperature, top_p=None if greedy else top_p,
+                top_k=None, pad_token_id=pad, eos_token_id=eos,
+                output_logits=True, return_dict_in_generate=True)
+        new = out.sequences[:, width:]
+        scale = 1.0 if greedy else temperature
+        logp = torch.stack([F.log_softmax(x.float() / scale, dim=-1) for x in out.logits], 1)
+        tok_logp = logp.gather(2, new[:, :, None]).squeeze(2)
+        completions, logprobs = [], []
+        for row, lp in zip(new.tolist(), tok_logp.tolist(), strict=True):
+            n = row.index(eos) + 1 if eos in row else len(row)
+            completions.append(row[:n])
+            logprobs.append(lp[:n])
+        return completions, logprobs
+
+
+class HFPolicy:
+    """One role on a :class:`ModelHost`: its adapter (or none) and its decoding settings."""
+
+    def __init__(self, host: ModelHost, adapter: str | None = None, mode: str = "free",
+                 temperature: float = 1.0, max_new_tokens: int = 64, top_p: float = 1.0,
+                 seed: int = 0) -> None:
+        if mode not in ("free", "choice"):
+            raise ValueError(f"decoding mode must be 'free' or 'choice', got {mode!r}")
+        self.host, self.adapter, self.mode = host, adapter, mode
+        self.temperature, self.max_new_tokens, self.top_p = temperature, max_new_tokens, top_p
+        self.rng = torch.Generator().manual_seed(seed)
+
+    def _seed(self) -> int:
+        return int(torch.randint(0, 2**31 - 1, (1,), generator=self.rng))
+
+    def act(self, requests: list[Request]) -> list[Response]:
+        if not requests:
+            return []
+        prompts, cut = zip(*(self.host.prompt_ids(r.messages) for r in requests), strict=True)
+        with self.host.use(self.adapter):
+            if self.mode == "choice":
+                return self._choose(requests, list(prompts), list(cut))
+            comps, logps = self.host.generate(list(prompts), self.max_new_tokens,
+                                              self.temperature, self.top_p, self._seed())
+        tok = self.host.tokenizer
+        return [Response(text=tok.decode(c, skip_special_tokens=True), prompt_ids=p,
+                         completion_ids=c, logprobs=lp, truncated_prompt=t)
+                for p, c, lp, t in zip(prompts, comps, logps, cut, strict=True)]
+
+    @torch.no_grad()
+    def _choose(self, requests: list[Request], prompts: list[list[int]],
+                cut: list[bool]) -> list[Response]:
+        """Score every legal action's text in one forward; sample from the normalised scores."""
+        cands = [[self.host.text_ids(t) for t in r.action_texts] for r in requests]
+        flat_p = [p for p, cs in zip(prompts, cands, strict=True) for _ in cs]
+        flat_c = [c for cs in cands for c in cs]
+        scores = torch.stack([lp.sum() for lp in self.host.sequence_logprobs(flat_p, flat_c)])
+        out, k = [], 0
+        for req, p, cs, t in zip(requests, prompts, cands, cut, strict=True):
+            s = scores[k : k + len(cs)]
+            k += len(cs)
+            logpi = F.log_softmax(s / (self.temperature if self.temperature > 0 else 1.0), 0)
+            if self.temperature > 0:
+                i = int(torch.multinomial(logpi.exp().cpu(), 1, generator=self.rng))
+            else:
+                i = int(torch.argmax(logpi))
+            out.append(Response(text=req.action_texts[i], choice=i, prompt_ids=p,
+                                completion_ids=cs[i], logprobs=[float(logpi[i])],
+                                candidate_ids=cs, truncated_prompt=t))
+        return out
+
+
+@register_backend("hf")
+def hf_policy(host: ModelHost, **kwargs) -> HFPolicy:
+    return HFPolicy(host, **kwargs)

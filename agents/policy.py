@@ -1,0 +1,85 @@
+"""What a policy is: a batch of decision requests in, a batch of responses out.
+
+Every backend (transformers + LoRA, vLLM, an OpenAI-compatible server, a scripted bot, a
+person at a terminal) implements :class:`Policy`.  The rollout engine batches requests per
+policy object, so one call covers every pending decision of that policy across many games.
+
+A response carries what training needs: prompt and completion token ids and the log-probs of
+the completion under the policy that produced it.  In ``choice`` decoding the policy samples from
+the distribution over the legal actions' texts, ``pi(a|s) = softmax_a(log p(text_a | s) / T)``,
+and reports that single log-prob plus every candidate's token ids, so a learner can recompute
+``log pi(a|s)`` exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+
+@dataclass
+class Request:
+    """One pending decision.
+
+    ``messages`` is the chat so far (system + user turns).  ``action_texts`` are the legal moves
+    as the game writes them (``[Bet]``), index-aligned with ``legal``.  ``env``/``agent`` are set
+    for policies that read the game directly (scripted bots, humans).
+    """
+
+    messages: list[dict[str, str]]
+    legal: list[int]
+    action_texts: list[str]
+    env: Any = None
+    agent: str = ""
+
+
+@dataclass
+class Response:
+    """A policy's answer to one :class:`Request`.
+
+    ``choice`` is an index into the request's ``legal`` when the policy picked directly (choice
+    decoding, bots); otherwise the game parses ``text``.  ``logprobs`` holds one entry per
+    completion token (free decoding) or a single ``log pi(a|s)`` (choice decoding).
+    """
+
+    text: str
+    choice: int | None = None
+    prompt_ids: list[int] = field(default_factory=list)
+    completion_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    candidate_ids: list[list[int]] | None = None
+    truncated_prompt: bool = False
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """Anything that answers a batch of requests."""
+
+    def act(self, requests: list[Request]) -> list[Response]: ...
+
+
+_BACKENDS: dict[str, Callable[..., Policy]] = {}
+
+
+def register_backend(name: str) -> Callable:
+    """``@register_backend("hf")`` on a factory building a policy for one role."""
+
+    def deco(factory: Callable[..., Policy]) -> Callable[..., Policy]:
+        _BACKENDS[name] = factory
+        return factory
+
+    return deco
+
+
+def backend_names() -> list[str]:
+    return sorted(_BACKENDS)
+
+
+def make_policy(backend: str, **kwargs: Any) -> Policy:
+    try:
+        factory = _BACKENDS[backend]
+    except KeyError:
+        raise KeyError(f"unknown policy backend {backend!r}; known: "
+                       f"{', '.join(backend_names())}") from None
+    return factory(**kwargs)

@@ -1,0 +1,167 @@
+"""The rollout engine: many games at once, one batched model call per policy per step.
+
+At every step the engine collects the pending decision of each running game, groups them by
+policy object (a policy is one model + adapter + decoding), and answers each group with a
+single ``act`` call across all games.  Finished games are replaced by new ones until the
+requested number of episodes is reached, so batches stay full (continuous batching over turns).
+
+Every decision becomes a :class:`Turn`, recording what training needs (token ids, log-probs)
+and what evaluation needs (parse outcome, legality, timing).  Rewards from the game are
+credited to each agent's latest turn as they arrive (turn-level credit), and episode returns
+are the agents' cumulative rewards.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from agents.agent import Agent
+from agents.policy import Response
+from games import InvalidAction, TextGame
+
+ILLEGAL = -1  # what the engine plays when text names no action; the game counts it as illegal
+
+
+@dataclass
+class Turn:
+    """One decision of one agent in one game."""
+
+    episode: int
+    agent: str
+    name: str
+    role: str
+    text: str
+    action: int | None
+    parsed: bool
+    legal: bool
+    prompt_ids: list[int] = field(default_factory=list)
+    completion_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    candidate_ids: list[list[int]] | None = None
+    reward: float = 0.0
+    seconds: float = 0.0
+
+
+@dataclass
+class Episode:
+    """A finished game: who sat where, every turn, and the returns."""
+
+    index: int
+    game: str
+    seed: int
+    seats: dict[str, str]
+    turns: list[Turn] = field(default_factory=list)
+    returns: dict[str, float] = field(default_factory=dict)
+    illegal_moves: dict[str, int] = field(default_factory=dict)
+    forfeits: list[str] = field(default_factory=list)
+
+    def winner(self) -> str | None:
+        """The seat with the strictly highest return, or None for a draw."""
+        best = max(self.returns.values())
+        top = [a for a, r in self.returns.items() if r == best]
+        return top[0] if len(top) == 1 else None
+
+
+@dataclass
+class _Running:
+    episode: Episode
+    env: TextGame
+    seats: dict[str, Agent]
+    last_turn: dict[str, Turn] = field(default_factory=dict)
+
+
+class RolloutEngine:
+    """Plays ``n`` episodes of ``make_env()`` with ``seating(i)`` choosing each episode's agents.
+
+    ``seating(i)`` returns ``{agent_id: Agent}`` for episode ``i`` (so callers rotate seats,
+    sample league opponents, etc.).  Episode ``i`` is reset with ``seed + i``.
+    """
+
+    def __init__(self, make_env: Callable[[], TextGame],
+                 seating: Callable[[int], dict[str, Agent]], concurrency: int = 32) -> None:
+        self.make_env = make_env
+        self.seating = seating
+        self.concurrency = max(1, concurrency)
+
+    def play(self, n: int, seed: int = 0,
+             on_episode: Callable[[Episode], None] | None = None) -> list[Episode]:
+        done: list[Episode] = []
+        running: list[_Running] = []
+        started = 0
+        while len(done) < n:
+            while started < n and len(running) < self.concurrency:
+                running.append(self._start(started, seed + started))
+                started += 1
+            self._step(running)
+            for r in [r for r in running if not r.env.agents]:
+                running.remove(r)
+                done.append(r.episode)
+                if on_episode:
+                    on_episode(r.episode)
+        return sorted(done, key=lambda e: e.index)
+
+    def _start(self, i: int, seed: int) -> _Running:
+        env = self.make_env()
+        env.reset(seed=seed)
+        seats = self.seating(i)
+        missing = set(env.possible_agents) - set(seats)
+        if missing:
+            raise ValueError(f"seating for episode {i} leaves seats empty: {sorted(missing)}")
+        ep = Episode(index=i, game=env.metadata["name"], seed=seed,
+                     seats={a: seats[a].name for a in env.possible_agents})
+        return _Running(ep, env, seats)
+
+    def _step(self, running: Sequence[_Running]) -> None:
+        """Answer one pending decision in every running game, batched per policy."""
+        groups: dict[int, list[tuple[_Running, str]]] = {}
+        for r in running:
+            agent_id = r.env.agent_selection
+            groups.setdefault(id(r.seats[agent_id].policy), []).append((r, agent_id))
+        for items in groups.values():
+            policy = items[0][0].seats[items[0][1]].policy
+            requests = [r.seats[a].request(r.env, a) for r, a in items]
+            t0 = time.perf_counter()
+            responses = policy.act(requests)
+            per = (time.perf_counter() - t0) / len(items)
+            for (r, agent_id), req, resp in zip(items, requests, responses, strict=True):
+                self._apply(r, agent_id, req.legal, resp, per)
+
+    def _apply(self, r: _Running, agent_id: str, legal: list[int], resp: Response,
+               seconds: float) -> None:
+        env, agent = r.env, r.seats[agent_id]
+        if resp.choice is not None:
+            action: int | None = legal[resp.choice]
+        else:
+            parsed = env.parse_action(agent_id, resp.text)
+            action = None if isinstance(parsed, InvalidAction) else parsed
+        turn = Turn(episode=r.episode.index, agent=agent_id, name=agent.name, role=agent.role,
+                    text=resp.text, action=action, parsed=action is not None,
+                    legal=action in legal, prompt_ids=resp.prompt_ids,
+                    completion_ids=resp.completion_ids, logprobs=resp.logprobs,
+                    candidate_ids=resp.candidate_ids, seconds=seconds)
+        r.episode.turns.append(turn)
+        r.last_turn[agent_id] = turn
+        env.step(ILLEGAL if action is None else action)
+        self._credit(r)
+        if all(env.terminations[a] or env.truncations[a] for a in env.agents):
+            self._finish(r)
+
+    @staticmethod
+    def _credit(r: _Running) -> None:
+        returns = r.episode.returns
+        for a, rew in r.env.rewards.items():
+            returns[a] = returns.get(a, 0.0) + float(rew)
+            if rew and a in r.last_turn:
+                r.last_turn[a].reward += float(rew)
+
+    @staticmethod
+    def _finish(r: _Running) -> None:
+        env, ep = r.env, r.episode
+        ep.returns = {a: ep.returns.get(a, 0.0) for a in env.possible_agents}
+        ep.illegal_moves = {a: int(env.infos[a].get("illegal_moves", 0))
+                            for a in env.possible_agents}
+        ep.forfeits = [a for a in env.possible_agents if env.infos[a].get("forfeit")]
+        while env.agents:  # AEC dead steps: every finished agent is stepped once with None
+            env.step(None)
