@@ -1,0 +1,47 @@
+"""Team configs: the ``marl-teams/v1`` schema, its loader, and the example team files.
+
+A leaf package (pydantic, yaml and the standard library only) so that every other package can
+read configs.  Example team YAML files live next to this module and ship as package data.
+"""
+
+from pathlib import Path
+
+from configs.loader import Check, ConfigError, Problem, load_config, load_config_text, validate_file
+from configs.schema import (
+    SCHEMA_ID,
+    AdapterConfig,
+    DecodingConfig,
+    GameConfig,
+    RoleConfig,
+    TeamConfig,
+    TopologyConfig,
+    json_schema,
+)
+
+#: The folder holding the example team files shipped with the package.
+EXAMPLES_DIR = Path(__file__).parent
+
+
+def examples() -> list[Path]:
+    """The example team files (``configs/*.yaml``), sorted by name."""
+    return sorted(EXAMPLES_DIR.glob("*.yaml"))
+
+
+__all__ = [
+    "EXAMPLES_DIR",
+    "SCHEMA_ID",
+    "AdapterConfig",
+    "Check",
+    "ConfigError",
+    "DecodingConfig",
+    "GameConfig",
+    "Problem",
+    "RoleConfig",
+    "TeamConfig",
+    "TopologyConfig",
+    "examples",
+    "json_schema",
+    "load_config",
+    "load_config_text",
+    "validate_file",
+]

@@ -1,0 +1,301 @@
+"""The team config schema (``schema: marl-teams/v1``), as pydantic v2 models.
+
+This module is a leaf: it imports only pydantic and the standard library, so every package of
+the project can read configs without import cycles.  Checks that need other packages (is the
+game registered? is the model known?) are plugged in by the loader's ``checks`` argument.
+
+Cross-field problems are raised with :func:`raise_problems`, which keeps the relative path of
+each problem so the loader can point at the exact YAML line; a plain ``model_validate`` still
+gets a readable message.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+SCHEMA_ID = "marl-teams/v1"
+
+#: Names that ``system_prompt`` and ``goal`` may reference as ``{placeholder}``.
+PLACEHOLDERS: dict[str, str] = {
+    "role": "the role's name (e.g. 'player')",
+    "name": "the agent instance's name (the role name, plus '_<index>' when count > 1)",
+    "game": "the game's registry name",
+    "goal": "the role's rendered goal (not usable inside goal itself)",
+    "team": "the team's name",
+    "index": "the instance index within the role, 0-based",
+}
+
+#: A problem found by a cross-field check: (path relative to the model, message).
+PathProblem = tuple[tuple[str | int, ...], str]
+
+CROSS_CHECK_ERROR = "cross_check"
+
+
+def dotted(path: Iterable[str | int]) -> str:
+    """``('roles', 1, 'name')`` -> ``'roles.1.name'``: the path format used in every message."""
+    return ".".join(str(p) for p in path)
+
+
+def raise_problems(problems: Sequence[PathProblem]) -> None:
+    """Raise every problem at once as one pydantic error that keeps each problem's path.
+
+    pydantic lets a validator raise a single error located at the model itself; the paths in the
+    error context let the loader report each problem at its own field and line.
+    """
+    if not problems:
+        return
+    summary = "; ".join(f"{dotted(p)}: {m}" if p else m for p, m in problems)
+    raise PydanticCustomError(CROSS_CHECK_ERROR, "{summary}",
+                              {"summary": summary, "problems": list(problems)})
+
+
+def check_template(text: str, allowed: Iterable[str]) -> str:
+    """Validate ``{placeholder}`` use in a prompt string; return it unchanged.
+
+    Done at load time so a typo such as ``{gaem}`` fails in ``marl validate``, not in the middle
+    of a training run when the prompt is first rendered.
+    """
+    allowed = sorted(allowed)
+    try:
+        parsed = list(string.Formatter().parse(text))
+    except ValueError as exc:
+        raise ValueError(f"malformed placeholder: {exc} (write '{{{{' or '}}}}' for a literal "
+                         "brace)") from None
+    for _literal, field, spec, _conv in parsed:
+        if field is None:
+            continue
+        if field == "" or field.isdigit():
+            raise ValueError(f"positional placeholder '{{{field}}}' is not allowed; "
+                             f"use a name: {', '.join(allowed)}")
+        base = field.split(".", 1)[0].split("[", 1)[0]
+        if base not in allowed:
+            raise ValueError(f"unknown placeholder '{{{field}}}'; allowed: {', '.join(allowed)}")
+        if spec and "{" in spec:
+            raise ValueError(f"nested placeholder in the format spec of '{{{field}}}' "
+                             "is not allowed")
+    return text
+
+
+class StrictModel(BaseModel):
+    """Base of every config model: unknown keys are errors, never silently ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class AdapterConfig(StrictModel):
+    """A LoRA adapter: the trainable part of a role.  No adapter means the role is frozen."""
+
+    r: int = Field(8, ge=1, description="LoRA rank.")
+    alpha: int = Field(16, ge=1, description="LoRA alpha (scale = alpha / r).")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout on the LoRA input.")
+    targets: list[str] = Field(default_factory=lambda: ["q_proj", "v_proj"], min_length=1,
+                               description="Names of the linear modules that get an adapter.")
+
+
+class DecodingConfig(StrictModel):
+    """How a role turns the model into actions."""
+
+    mode: Literal["free", "choice"] = Field(
+        "free", description="free: sample text and parse it; choice: score each legal action "
+                            "and pick from that distribution (no parse failures).")
+    temperature: float = Field(1.0, ge=0.0, description="Sampling temperature; 0 is greedy.")
+    max_new_tokens: int = Field(64, ge=1, le=4096, description="Token budget per turn (free).")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
+
+
+Backend = Literal["hf", "vllm", "openai", "scripted", "human"]
+_WEIGHTLESS_BACKENDS = ("openai", "scripted", "human")
+
+
+class RoleConfig(StrictModel):
+    """One role of the team; ``count`` agents play it with one shared policy."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]+$",
+                      description="Role identifier (letters, digits, '_' and '-').")
+    count: int = Field(1, ge=1, description="How many agents play this role.")
+    model: str = Field("smollm2-135m-instruct", min_length=1,
+                       description="Model registry name (e.g. smollm2-135m-instruct, "
+                                   "tiny-random), a Hugging Face id or a local path.")
+    backend: Backend = Field("hf", description="What runs the model.")
+    adapter: AdapterConfig | None = Field(
+        None, description="LoRA adapter to train; null or absent: the role is frozen.")
+    share_base_with: str | None = Field(
+        None, description="Another role whose base weights this role shares (same model).")
+    system_prompt: str = Field(
+        "You are {name}, playing {game} in team {team}. {goal}",
+        description="System prompt template; placeholders: " + ", ".join(PLACEHOLDERS) + ".")
+    goal: str = Field("Play as well as you can.",
+                      description="Goal template; placeholders as system_prompt except goal.")
+    decoding: DecodingConfig = Field(default_factory=DecodingConfig)
+
+    @field_validator("system_prompt")
+    @classmethod
+    def _system_prompt_placeholders(cls, v: str) -> str:
+        return check_template(v, PLACEHOLDERS)
+
+    @field_validator("goal")
+    @classmethod
+    def _goal_placeholders(cls, v: str) -> str:
+        return check_template(v, set(PLACEHOLDERS) - {"goal"})
+
+    @model_validator(mode="after")
+    def _adapter_needs_weights(self) -> RoleConfig:
+        if self.adapter is not None and self.backend in _WEIGHTLESS_BACKENDS:
+            raise_problems([(("adapter",), f"backend {self.backend!r} has no local weights to "
+                                           "train; remove the adapter or use backend 'hf'")])
+        return self
+
+
+TopologyKind = Literal["chain", "star", "complete", "debate", "layered", "explicit"]
+
+
+class TopologyConfig(StrictModel):
+    """Who talks to whom inside a round, between role names."""
+
+    kind: TopologyKind = Field("chain", description="Communication graph shape.")
+    rounds: int = Field(1, ge=1, description="Communication rounds per turn.")
+    learnable: bool = Field(False, description="Learn edge probabilities (REINFORCE).")
+    hub: str | None = Field(None, description="Centre role; required for star, else forbidden.")
+    layers: list[list[str]] | None = Field(
+        None, min_length=1, description="Role names per layer; required for layered only.")
+    edges: list[tuple[str, str]] | None = Field(
+        None, min_length=1, description="[src, dst] role pairs; required for explicit only.")
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> TopologyConfig:
+        problems: list[PathProblem] = []
+        for field, kind in (("hub", "star"), ("layers", "layered"), ("edges", "explicit")):
+            given = getattr(self, field) is not None
+            if self.kind == kind and not given:
+                problems.append(((field,), f"required when kind is {kind!r}"))
+            elif self.kind != kind and given:
+                problems.append(((field,), f"only allowed when kind is {kind!r} "
+                                           f"(kind is {self.kind!r})"))
+        for i, layer in enumerate(self.layers or []):
+            if not layer:
+                problems.append((("layers", i), "empty layer"))
+        for i, (src, dst) in enumerate(self.edges or []):
+            if src == dst:
+                problems.append((("edges", i), f"self-loop {src!r} -> {dst!r}"))
+        raise_problems(problems)
+        return self
+
+    def role_refs(self) -> list[PathProblem]:
+        """Every role name this topology mentions, as (path, name) pairs, for cross-checks."""
+        refs: list[PathProblem] = []
+        if self.hub is not None:
+            refs.append((("hub",), self.hub))
+        for i, layer in enumerate(self.layers or []):
+            refs += [(("layers", i, j), name) for j, name in enumerate(layer)]
+        for i, edge in enumerate(self.edges or []):
+            refs += [(("edges", i, j), name) for j, name in enumerate(edge)]
+        return refs
+
+
+class GameConfig(StrictModel):
+    """The game the team plays, by registry name (checked outside the schema)."""
+
+    name: str = Field(min_length=1, description="Game registry name, e.g. kuhn_poker.")
+    kwargs: dict[str, Any] = Field(default_factory=dict,
+                                   description="Keyword arguments for games.make(name, ...).")
+
+
+class TeamConfig(StrictModel):
+    """The root of a team file.
+
+    Later sections are added as optional fields (``train: TrainConfig | None = None``); their
+    cross-field rules go in :meth:`cross_check` so every problem keeps its own path.
+    """
+
+    schema_version: Literal["marl-teams/v1"] = Field(
+        alias="schema", description="Schema id; must be 'marl-teams/v1'.")
+    name: str = Field(min_length=1, description="Team name.")
+    description: str | None = Field(None, description="Free text.")
+    roles: list[RoleConfig] = Field(min_length=1, description="The team's roles.")
+    topology: TopologyConfig = Field(default_factory=TopologyConfig)
+    game: GameConfig
+
+    def role(self, name: str) -> RoleConfig:
+        """The role called ``name`` (KeyError lists the known ones)."""
+        for r in self.roles:
+            if r.name == name:
+                return r
+        raise KeyError(f"unknown role {name!r}; known roles: {self._known_roles()}")
+
+    def _known_roles(self) -> str:
+        return ", ".join(r.name for r in self.roles)
+
+    def cross_check(self) -> list[PathProblem]:
+        """Rules that span sections; subclasses extend with ``super().cross_check() + [...]``."""
+        problems: list[PathProblem] = []
+        first: dict[str, int] = {}
+        for i, r in enumerate(self.roles):
+            if r.name in first:
+                problems.append((("roles", i, "name"),
+                                 f"duplicate role name {r.name!r} (also roles.{first[r.name]})"))
+            else:
+                first[r.name] = i
+        by_name = {r.name: r for r in self.roles}
+        for i, r in enumerate(self.roles):
+            ref = r.share_base_with
+            if ref is None:
+                continue
+            path = ("roles", i, "share_base_with")
+            other = by_name.get(ref)
+            if other is None:
+                problems.append((path, f"unknown role {ref!r}; known roles: "
+                                       f"{self._known_roles()}"))
+            elif ref == r.name:
+                problems.append((path, "a role cannot share its base with itself"))
+            elif other.model != r.model:
+                problems.append((path, f"role {ref!r} uses model {other.model!r} but this role "
+                                       f"uses {r.model!r}; sharing base weights needs the same "
+                                       "model"))
+            elif other.backend != r.backend:
+                problems.append((path, f"role {ref!r} uses backend {other.backend!r} but this "
+                                       f"role uses {r.backend!r}; shared weights live in one "
+                                       "backend"))
+        for rel, ref in self.topology.role_refs():
+            if ref not in by_name:
+                problems.append((("topology", *rel), f"unknown role {ref!r}; known roles: "
+                                                     f"{self._known_roles()}"))
+        seen: dict[str, int] = {}
+        for i, layer in enumerate(self.topology.layers or []):
+            for j, ref in enumerate(layer):
+                if ref in seen:
+                    problems.append((("topology", "layers", i, j),
+                                     f"role {ref!r} is already in layer {seen[ref]}"))
+                else:
+                    seen[ref] = i
+        return problems + self._share_cycles(by_name)
+
+    def _share_cycles(self, by_name: dict[str, RoleConfig]) -> list[PathProblem]:
+        """share_base_with chains must end at a role that owns its weights."""
+        problems: list[PathProblem] = []
+        for i, r in enumerate(self.roles):
+            chain = [r.name]
+            ref = r.share_base_with
+            while ref is not None and ref in by_name and ref not in chain:
+                chain.append(ref)
+                ref = by_name[ref].share_base_with
+            if ref == r.name and len(chain) > 1:
+                problems.append((("roles", i, "share_base_with"),
+                                 "share_base_with forms a cycle: " + " -> ".join(chain + [ref])))
+        return problems
+
+    @model_validator(mode="after")
+    def _cross_check(self) -> TeamConfig:
+        raise_problems(self.cross_check())
+        return self
+
+
+def json_schema(model: type[BaseModel] = TeamConfig) -> dict[str, Any]:
+    """The JSON Schema of a team file, for editors (yaml-language-server) and docs."""
+    out: dict[str, Any] = {"$schema": "https://json-schema.org/draft/2020-12/schema"}
+    out.update(model.model_json_schema(by_alias=True))
+    return out
