@@ -9,6 +9,7 @@ reference a KL term compares against).
 from __future__ import annotations
 
 import contextlib
+import random
 import warnings
 from collections.abc import Iterator, Sequence
 
@@ -16,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from peft import LoraConfig, PeftModel, get_peft_model
 
-from agents.policy import Request, Response, register_backend
+from agents.policy import Request, Response, choose, register_backend
 
 
 class ModelHost:
@@ -158,10 +159,10 @@ class HFPolicy:
             raise ValueError(f"decoding mode must be 'free' or 'choice', got {mode!r}")
         self.host, self.adapter, self.mode = host, adapter, mode
         self.temperature, self.max_new_tokens, self.top_p = temperature, max_new_tokens, top_p
-        self.rng = torch.Generator().manual_seed(seed)
+        self.rng = random.Random(seed)
 
     def _seed(self) -> int:
-        return int(torch.randint(0, 2**31 - 1, (1,), generator=self.rng))
+        return self.rng.randrange(2**31 - 1)
 
     def act(self, requests: list[Request]) -> list[Response]:
         if not requests:
@@ -189,13 +190,9 @@ class HFPolicy:
         for req, p, cs, t in zip(requests, prompts, cands, cut, strict=True):
             s = scores[k : k + len(cs)]
             k += len(cs)
-            logpi = F.log_softmax(s / (self.temperature if self.temperature > 0 else 1.0), 0)
-            if self.temperature > 0:
-                i = int(torch.multinomial(logpi.exp().cpu(), 1, generator=self.rng))
-            else:
-                i = int(torch.argmax(logpi))
+            i, logpi = choose(s.tolist(), self.temperature, self.rng)
             out.append(Response(text=req.action_texts[i], choice=i, prompt_ids=p,
-                                completion_ids=cs[i], logprobs=[float(logpi[i])],
+                                completion_ids=cs[i], logprobs=[logpi],
                                 candidate_ids=cs, truncated_prompt=t))
         return out
 

@@ -13,6 +13,8 @@ and reports that single log-prob plus every candidate's token ids, so a learner 
 
 from __future__ import annotations
 
+import math
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -83,3 +85,19 @@ def make_policy(backend: str, **kwargs: Any) -> Policy:
         raise KeyError(f"unknown policy backend {backend!r}; known: "
                        f"{', '.join(backend_names())}") from None
     return factory(**kwargs)
+
+
+def choose(scores: list[float], temperature: float, rng: random.Random) -> tuple[int, float]:
+    """Sample an action from candidate scores; returns (index, log pi(index)).
+
+    ``pi = softmax(scores / T)``; ``T = 0`` means greedy, with log pi reported at ``T = 1``.
+    """
+    t = temperature if temperature > 0 else 1.0
+    z = max(s / t for s in scores)
+    logz = z + math.log(sum(math.exp(s / t - z) for s in scores))
+    logpi = [s / t - logz for s in scores]
+    if temperature > 0:
+        i = rng.choices(range(len(scores)), weights=[math.exp(x) for x in logpi])[0]
+    else:
+        i = max(range(len(scores)), key=logpi.__getitem__)
+    return i, logpi[i]
