@@ -8,6 +8,7 @@ values are expanded before validation: that is the only way secrets should enter
 
 from __future__ import annotations
 
+import datetime
 import difflib
 import os
 import re
@@ -220,6 +221,8 @@ def _pydantic_message(err: Mapping[str, Any]) -> str:
         name = loc[-1] if loc else "?"
         if loc == ("schema",):
             return "missing required field 'schema' (add 'schema: marl-teams/v1')"
+        if isinstance(name, int):
+            return f"missing item {name} (too few items)"
         return f"missing required field {name!r}"
     if kind == "value_error" and "error" in err.get("ctx", {}):
         return str(err["ctx"]["error"])
@@ -228,6 +231,8 @@ def _pydantic_message(err: Mapping[str, Any]) -> str:
     value = err.get("input")
     if value is None or isinstance(value, str | int | float | bool):
         msg += f", got {value!r}"
+    elif isinstance(value, datetime.date):  # YAML reads 2024-01-01 as a date, not a string
+        msg += f", got the date {value} (quote it to make it a string)"
     return msg
 
 

@@ -75,6 +75,9 @@ def check_template(text: str, allowed: Iterable[str]) -> str:
         base = field.split(".", 1)[0].split("[", 1)[0]
         if base not in allowed:
             raise ValueError(f"unknown placeholder '{{{field}}}'; allowed: {', '.join(allowed)}")
+        if base != field:  # values are plain strings and ints: nothing to index or look up
+            raise ValueError(f"placeholder '{{{field}}}' uses attribute or index access; "
+                             f"write '{{{base}}}'")
         if spec and "{" in spec:
             raise ValueError(f"nested placeholder in the format spec of '{{{field}}}' "
                              "is not allowed")

@@ -181,9 +181,23 @@ def test_bad_placeholders(tmp_path: Path) -> None:
     assert problems(tmp_path, ok) == []
 
 
-def test_positional_placeholder_rejected() -> None:
+def test_positional_and_attribute_placeholders_rejected() -> None:
     with pytest.raises(ValidationError, match=r"positional placeholder '\{\}'"):
         configs.RoleConfig(name="x", goal="win {}")
+    with pytest.raises(ValidationError, match=r"'\{role.upper\}' uses attribute or index"):
+        configs.RoleConfig(name="x", goal="win as {role.upper}")
+    with pytest.raises(ValidationError, match=r"nested placeholder"):
+        configs.RoleConfig(name="x", goal="win as {role:{index}}")
+
+
+def test_friendlier_messages_for_yaml_surprises(tmp_path: Path) -> None:
+    f = str(tmp_path / "team.yaml")
+    assert problems(tmp_path, edit("name: t", "name: 2024-01-01")) == [
+        f"{f}:2:7: name: input should be a valid string, got the date 2024-01-01 "
+        "(quote it to make it a string)"]
+    short_edge = BASE + "topology: {kind: explicit, edges: [[a]]}\n"
+    assert problems(tmp_path, short_edge) == [
+        f"{f}:12:36: topology.edges.0.1: missing item 1 (too few items)"]
 
 
 def test_unknown_role_in_topology(tmp_path: Path) -> None:
