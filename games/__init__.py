@@ -8,6 +8,10 @@ from games.registry import make, names, register
 
 # Importing a game module registers it (one file per game).
 # --- registered game modules (one import per line) ---
+# isort: split
+import games.kuhn_poker  # noqa: F401
+import games.leduc_poker  # noqa: F401
+
 # --- end of registered game modules ---
 
 __all__ = ["InvalidAction", "TextGame", "make", "names", "register"]
