@@ -233,8 +233,8 @@ class PokerGame(TextGame):
         for i, card in enumerate(s.public):
             vec[2 + n_ranks * (i + 1) + card] = 1.0
         base = 2 + n_ranks * rules.rounds
-        for rnd, (letters, actions) in enumerate(zip(s.history, _round_actions(s), strict=True)):
-            for j, action in enumerate(actions[:len(letters)]):
+        for rnd, actions in enumerate(_round_actions(s)):
+            for j, action in enumerate(actions):
                 vec[base + (rnd * rules.round_length + j) * n_act + action] = 1.0
         vec[-2] = s.contrib[me] / rules.max_contribution
         vec[-1] = s.contrib[1 - me] / rules.max_contribution
