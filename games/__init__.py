@@ -11,6 +11,7 @@ from games.registry import make, names, register
 # isort: split
 import games.kuhn_poker  # noqa: F401
 import games.leduc_poker  # noqa: F401
+import games.negotiation  # noqa: F401
 import games.referential  # noqa: F401
 import games.split_arithmetic  # noqa: F401
 import games.tiny_hanabi  # noqa: F401

@@ -29,6 +29,7 @@ from games.base import InvalidAction
 from games.bots import register_bot
 from games.registry import register
 from games.tasks import CooperativeGame, final_integer, register_task, score_integer, task_seed
+from games.textutil import CompactLegalMoves
 
 OPS = "+-*"
 
@@ -155,7 +156,7 @@ def generate(seed: int, difficulty: int = 0, n_agents: int = 3) -> ArithmeticTas
 
 
 @register("split_arithmetic")
-class SplitArithmetic(CooperativeGame):
+class SplitArithmetic(CompactLegalMoves, CooperativeGame):
     """Token messages from all but the last agent, then the last agent's numeric answer."""
 
     metadata = {"name": "split_arithmetic", "render_modes": ["ansi"], "is_parallelizable": False}
@@ -226,13 +227,10 @@ class SplitArithmetic(CooperativeGame):
                          f"{self.task.answer}.")
         return "\n".join(parts)
 
-    def text_observation(self, agent: str) -> str:
-        """The base text, with the (possibly hundreds long) answer list written as a range."""
-        text = super().text_observation(agent)
-        head, sep, _ = text.rpartition("Legal moves: ")
-        if sep and agent == self.answerer and self.legal_actions(agent):
-            return f"{head}{sep}[answer N] for an integer N from {self.lo} to {self.hi}"
-        return text
+    def legal_summary(self, agent: str) -> str | None:
+        if agent != self.answerer:
+            return None
+        return f"[answer N] for an integer N from {self.lo} to {self.hi}"
 
     def parse_action(self, agent: str, text: str) -> int | InvalidAction:
         """Also accepts a bare or boxed number: a token for speakers, the answer for the last."""
