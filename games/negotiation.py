@@ -259,7 +259,7 @@ class BayesianBot:
     ``heuristic`` it out-earns ``heuristic`` itself in both seats (tested).
     """
 
-    def __init__(self, seed: int | None = None, rationality: float = 4.0,
+    def __init__(self, seed: int | None = None, rationality: float = 8.0,
                  partner_start: float = 0.8, partner_floor: float = 0.3,
                  softness: float = 0.08) -> None:
         self.rationality, self.softness = rationality, softness

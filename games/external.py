@@ -1,0 +1,164 @@
+"""Adapter: any PettingZoo AEC env with action masks becomes a TextGame.
+
+``from_pettingzoo(tictactoe_v3.env)`` wraps an env whose observations are Dicts with a numeric
+``"observation"`` and an ``"action_mask"`` (the PettingZoo classic convention) and gives it the
+same interface as the native games: a ``"text"`` observation entry (rules, a generic summary of
+the observation array, legal moves as ``[0] [1] ...`` or as given ``action_names``),
+``parse_action``, and the retry-then-forfeit handling of illegal moves (the wrapped env never
+sees an illegal action).  ``register_external(name, factory)`` makes it available to
+``games.make``.
+
+The wrapped env stays the source of truth: after each of its steps the adapter copies its
+rewards, terminations, truncations and agent selection.  When the wrapped env ends some agents
+while others play on, their dead steps are forwarded to it; once the game is over for everyone
+(or an agent forfeited), dead steps are handled by the adapter alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+from pettingzoo import AECEnv
+
+from games.base import TextGame
+from games.registry import register
+
+_RESERVED_INFO = ("illegal_moves", "forfeit", "warning")
+
+
+def summarize_array(arr: Any, max_chars: int = 1500) -> str:
+    """An observation array as text: every entry when short, else its non-zero entries."""
+    arr = np.asarray(arr)
+    shape = "x".join(map(str, arr.shape)) or "scalar"
+    full = np.array2string(arr, separator=",", threshold=arr.size + 1, max_line_width=10**9)
+    full = " ".join(full.split())
+    if len(full) <= max_chars:
+        return f"array of shape {shape}: {full}"
+    nonzero = np.argwhere(arr != 0)
+    items, length = [], 0
+    for idx in nonzero:
+        item = f"{tuple(int(i) for i in idx)}={arr[tuple(idx)]:g}"
+        length += len(item) + 1
+        if length > max_chars:
+            items.append(f"... ({len(nonzero) - len(items)} more)")
+            break
+        items.append(item)
+    return f"array of shape {shape} with {len(nonzero)} non-zero entries: {' '.join(items)}"
+
+
+def _uniform(values: list[Any], what: str) -> Any:
+    if any(v != values[0] for v in values[1:]):
+        raise ValueError(f"every agent must have the same {what}; got {values}")
+    return values[0]
+
+
+class PettingZooTextGame(TextGame):
+    """A wrapped PettingZoo AEC env with the TextGame text interface and illegal-move policy."""
+
+    def __init__(self, env: AECEnv, name: str | None = None,
+                 action_names: Sequence[str] | None = None, rules: str | None = None,
+                 describe: Callable[[AECEnv, str], str] | None = None, zero_sum: bool = True,
+                 **kwargs: Any) -> None:
+        self.inner = env
+        self.possible_agents = list(env.possible_agents)
+        obs_spaces = [env.observation_space(a) for a in self.possible_agents]
+        if not all(isinstance(s, spaces.Dict) and {"observation", "action_mask"} <= set(s.spaces)
+                   for s in obs_spaces):
+            raise ValueError("the env needs Dict observations with 'observation' and "
+                             "'action_mask' entries (as PettingZoo classic envs)")
+        act_spaces = [env.action_space(a) for a in self.possible_agents]
+        if not all(isinstance(s, spaces.Discrete) and s.start == 0 for s in act_spaces):
+            raise ValueError("the env needs Discrete action spaces starting at 0")
+        n = _uniform([int(s.n) for s in act_spaces], "number of actions")
+        box = obs_spaces[0]["observation"]
+        self.obs_shape = _uniform([s["observation"].shape for s in obs_spaces], "observation shape")
+        self.obs_low, self.obs_high = float(np.min(box.low)), float(np.max(box.high))
+        self.action_names = list(action_names) if action_names else [str(i) for i in range(n)]
+        if len(self.action_names) != n or len(set(self.action_names)) != n:
+            raise ValueError(f"action_names must be {n} distinct names")
+        name = name or env.metadata.get("name", "pettingzoo_env")
+        self.metadata = {"name": name, "render_modes": ["ansi"], "is_parallelizable": False}
+        self.zero_sum = zero_sum
+        self.rules = rules or (f"{name}: a PettingZoo game for players "
+                               f"{', '.join(self.possible_agents)}. Pick one legal move.")
+        self._describe_fn = describe
+        super().__init__(**kwargs)
+
+    # ----- mirror the wrapped env
+    def _sync(self) -> None:
+        inner = self.inner
+        for a in self.agents:
+            self.rewards[a] = float(inner.rewards.get(a, 0.0))
+            self.terminations[a] = bool(inner.terminations.get(a, False))
+            self.truncations[a] = bool(inner.truncations.get(a, False))
+            extra = {k: v for k, v in inner.infos.get(a, {}).items() if k not in _RESERVED_INFO}
+            self.infos[a].update(extra)
+        self.agent_selection = inner.agent_selection
+
+    def _game_over(self) -> bool:
+        return all(self.terminations[a] or self.truncations[a] for a in self.agents)
+
+    def _setup(self, rng: np.random.Generator) -> None:
+        self.inner.reset(seed=int(rng.integers(0, 2**31 - 1)))
+        if list(self.inner.agents) != self.agents:
+            raise ValueError("the wrapped env must start with all of its possible_agents")
+        self._sync()
+
+    def _legal(self, agent: str) -> list[int]:
+        if agent not in self.inner.agents:
+            return []
+        return np.flatnonzero(self.inner.observe(agent)["action_mask"]).tolist()
+
+    def _apply(self, agent: str, action: int) -> None:
+        self.inner.step(action)
+        self._sync()
+
+    def _next_agent(self, agent: str) -> str:
+        return self.inner.agent_selection
+
+    def _was_dead_step(self, action: Any) -> None:
+        forward = not self._game_over()  # someone plays on: the wrapped env needs this step too
+        if forward:
+            self.inner.step(action)
+        super()._was_dead_step(action)
+        if forward and self.agents:
+            self.agent_selection = self.inner.agent_selection
+
+    def _encode(self, agent: str) -> np.ndarray:
+        return np.asarray(self.inner.observe(agent)["observation"], dtype=np.float32)
+
+    def _describe(self, agent: str) -> str:
+        if self._describe_fn is not None:
+            return self._describe_fn(self.inner, agent)
+        turn = ("The game is over." if self._game_over()
+                else f"It is {self.agent_selection}'s turn.")
+        return (f"You are {agent}. {turn}\n"
+                f"Your observation: {summarize_array(self.inner.observe(agent)['observation'])}")
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def from_pettingzoo(env_or_factory: AECEnv | Callable[[], AECEnv], name: str | None = None,
+                    **kwargs: Any) -> PettingZooTextGame:
+    """Wrap an env instance, or build one from a zero-argument factory and wrap it.
+
+    ``kwargs``: ``action_names``, ``rules``, ``describe(env, agent) -> str``, ``zero_sum``,
+    and the TextGame options ``max_retries``, ``illegal_reward``, ``render_mode``.
+    """
+    env = env_or_factory if isinstance(env_or_factory, AECEnv) else env_or_factory()
+    return PettingZooTextGame(env, name=name, **kwargs)
+
+
+def register_external(name: str, factory: Callable[[], AECEnv],
+                      **defaults: Any) -> Callable[..., PettingZooTextGame]:
+    """Register a PettingZoo env factory so ``games.make(name, **overrides)`` wraps it."""
+
+    def build(**overrides: Any) -> PettingZooTextGame:
+        return from_pettingzoo(factory, name=name, **{**defaults, **overrides})
+
+    register(name)(build)
+    return build
