@@ -39,7 +39,9 @@ def value_vectors(counts: tuple[int, ...], total: int) -> np.ndarray:
     """Every non-negative integer value vector worth exactly ``total`` for this pool."""
     ranges = [range(total // c + 1) for c in counts]
     rows = [v for v in itertools.product(*ranges) if np.dot(v, counts) == total]
-    return np.array(rows, dtype=int).reshape(-1, len(counts))
+    vectors = np.array(rows, dtype=int).reshape(-1, len(counts))
+    vectors.setflags(write=False)  # cached and shared: nobody may edit it in place
+    return vectors
 
 
 def compatible(mine: np.ndarray, theirs: np.ndarray) -> np.ndarray:
