@@ -54,6 +54,8 @@ def level(difficulty: int) -> tuple[int, tuple[str, ...]]:
 
 def symbols(n: int) -> tuple[str, ...]:
     """Message symbols A, B, ..., Z, AA, AB, ...: arbitrary on purpose, the meaning is learned."""
+    if n < 1:
+        raise ValueError(f"the vocabulary needs at least one symbol, got {n}")
     out: list[str] = []
     for width in itertools.count(1):
         for letters in itertools.product(string.ascii_uppercase, repeat=width):
@@ -159,8 +161,6 @@ class Referential(CooperativeGame):
         self.k, self.attributes = level(difficulty)
         self.difficulty = difficulty
         self.vocab = symbols(self.k if vocab_size is None else vocab_size)
-        if not self.vocab:
-            raise ValueError("vocab_size must be >= 1")
         # Sender actions are the symbols, receiver actions the candidate numbers "1".."K".
         self.action_names = [*self.vocab, *(str(i + 1) for i in range(self.k))]
         n_attr = len(self.attributes)

@@ -128,11 +128,12 @@ class ArithmeticTask:
     @property
     def question(self) -> str:
         n = len(self.terms)
-        return (f"A team of {n} agents ({', '.join(self.agents)}) must compute "
-                f"{self.expression} (multiplication before addition and subtraction). Agent "
-                f"agent_i privately knows x(i+1) and no one else's value; every x is an integer "
-                f"from 0 to {level(self.difficulty).max_operand}. The agents speak in turn and "
-                f"{self.answerer} gives the final answer as an integer, e.g. \\boxed{{42}}.")
+        holders = ", ".join(f"{a} knows x{i + 1}" for i, a in enumerate(self.agents))
+        return (f"A team of {n} agents must compute {self.expression} (multiplication before "
+                f"addition and subtraction). Each value is private: {holders}; every x is an "
+                f"integer from 0 to {level(self.difficulty).max_operand}. The agents speak in "
+                f"turn and {self.answerer} gives the final answer as an integer, e.g. "
+                f"\\boxed{{42}}.")
 
     @property
     def private_views(self) -> dict[str, str]:
