@@ -165,11 +165,11 @@ def test_split_arithmetic_generator_is_deterministic_and_varies_with_difficulty(
 
 def test_split_arithmetic_task_views_and_free_text_score():
     task = arithmetic_task(0, 3, 3)
-    assert [f"x{i + 1} = {t}" in task.private_views[a]
-            for i, (a, t) in enumerate(zip(task.agents, task.terms, strict=True))] == [True] * 3
+    for i, (agent, term) in enumerate(zip(task.agents, task.terms, strict=True)):
+        assert f"x{i + 1} = {term}" in task.private_views[agent]
     assert task.answerer == "agent_2" and task.expression in task.question
     answer = task.answer
-    assert task.score(f"So the total is {answer - 1}... no, The answer is \\boxed{{{answer}}}")
+    assert task.score(f"So {answer - 1}? No: the answer is \\boxed{{{answer}}}") == 1.0
     assert task.score(str(answer)) == 1.0
     assert task.score("banana") == 0.0
     assert task.score(f"\\boxed{{{answer + 1}}}") == 0.0
