@@ -92,6 +92,20 @@ def test_cfr_kuhn_reaches_nash_and_caches_json(tmp_path):
     assert cfr.solve("kuhn_poker", 200) == policy  # read back from the cache
 
 
+def test_cfr_kuhn_policy_is_in_the_known_nash_family():
+    """Kuhn's equilibria: player_0 bluffs J with alpha in [0, 1/3] and bets K with 3 alpha;
+    player_1 calls a bet with Q 1/3 of the time and bluffs J after a check 1/3 of the time."""
+    p = cfr.solve("kuhn_poker", 1000)
+    alpha = p["J:"][BET]
+    assert -1e-3 <= alpha <= 1 / 3 + 1e-3
+    assert p["K:"][BET] == pytest.approx(3 * alpha, abs=0.02)
+    assert p["Q:cb"][CALL] == pytest.approx(alpha + 1 / 3, abs=0.02)
+    assert p["Q:b"][CALL] == pytest.approx(1 / 3, abs=0.02)
+    assert p["J:c"][BET] == pytest.approx(1 / 3, abs=0.02)
+    assert p["K:b"][CALL] == pytest.approx(1.0, abs=1e-3)
+    assert p["J:b"][FOLD] == pytest.approx(1.0, abs=1e-3)
+
+
 def test_vanilla_cfr_kuhn_converges():
     early = analysis.exploitability("kuhn_poker", cfr.solve("kuhn_poker", 20, plus=False))
     late = analysis.exploitability("kuhn_poker", cfr.solve("kuhn_poker", 400, plus=False))
