@@ -16,6 +16,7 @@ while others play on, their dead steps are forwarded to it; once the game is ove
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -102,7 +103,9 @@ class PettingZooTextGame(TextGame):
         return all(self.terminations[a] or self.truncations[a] for a in self.agents)
 
     def _setup(self, rng: np.random.Generator) -> None:
-        self.inner.reset(seed=int(rng.integers(0, 2**31 - 1)))
+        self._inner_seed = int(rng.integers(0, 2**31 - 1))
+        self._inner_actions: list[int | None] = []  # everything the wrapped env was stepped with
+        self.inner.reset(seed=self._inner_seed)
         if list(self.inner.agents) != self.agents:
             raise ValueError("the wrapped env must start with all of its possible_agents")
         self._sync()
@@ -113,6 +116,7 @@ class PettingZooTextGame(TextGame):
         return np.flatnonzero(self.inner.observe(agent)["action_mask"]).tolist()
 
     def _apply(self, agent: str, action: int) -> None:
+        self._inner_actions.append(action)
         self.inner.step(action)
         self._sync()
 
@@ -122,6 +126,7 @@ class PettingZooTextGame(TextGame):
     def _was_dead_step(self, action: Any) -> None:
         forward = not self._game_over()  # someone plays on: the wrapped env needs this step too
         if forward:
+            self._inner_actions.append(action)
             self.inner.step(action)
         super()._was_dead_step(action)
         if forward and self.agents:
@@ -140,6 +145,26 @@ class PettingZooTextGame(TextGame):
 
     def close(self) -> None:
         self.inner.close()
+
+    def __deepcopy__(self, memo: dict) -> PettingZooTextGame:
+        """Copy the adapter state; rebuild the wrapped env by replaying this game's moves.
+
+        Deep copies of PettingZoo envs are unreliable: EzPickle envs (all classic ones) come
+        back freshly constructed, without their state.  So the copy's env is reset with the same
+        seed and stepped through the same actions (this assumes the env is deterministic given
+        its seed, as ``seed_test`` demands).  ``clone()`` relies on this.
+        """
+        twin = type(self).__new__(type(self))
+        memo[id(self)] = twin
+        for key, value in self.__dict__.items():
+            if key != "inner":
+                setattr(twin, key, copy.deepcopy(value, memo))
+        twin.inner = copy.deepcopy(self.inner)
+        if hasattr(self, "_inner_seed"):
+            twin.inner.reset(seed=self._inner_seed)
+            for action in self._inner_actions:
+                twin.inner.step(action)
+        return twin
 
 
 def from_pettingzoo(env_or_factory: AECEnv | Callable[[], AECEnv], name: str | None = None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import itertools
 
 import numpy as np
@@ -324,6 +325,18 @@ def test_adapter_retries_then_forfeits_illegal_moves_without_touching_the_wrappe
     env.step(4)  # again: forfeit
     assert env.rewards == {"player_1": 1.0, "player_2": -1.0} and env.infos["player_2"]["forfeit"]
     assert env.inner.unwrapped.board.squares.count(0) == 8
+
+
+def test_adapter_copies_replay_the_game_so_they_are_independent():
+    env = from_pettingzoo(tictactoe_v3.env)
+    env.reset(seed=0)
+    env.step(4)
+    twin = copy.deepcopy(env)
+    twin.step(0)
+    assert env.inner.unwrapped.board.squares == [0, 0, 0, 0, 1, 0, 0, 0, 0]
+    assert twin.inner.unwrapped.board.squares == [2, 0, 0, 0, 1, 0, 0, 0, 0]
+    assert env.agent_selection == "player_2" and twin.agent_selection == "player_1"
+    assert twin.observe("player_1")["action_mask"].tolist() == [0, 1, 1, 1, 0, 1, 1, 1, 1]
 
 
 def test_register_external_makes_games_make_work(monkeypatch):
