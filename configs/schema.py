@@ -109,6 +109,18 @@ class DecodingConfig(StrictModel):
     temperature: float = Field(1.0, ge=0.0, description="Sampling temperature; 0 is greedy.")
     max_new_tokens: int = Field(64, ge=1, le=4096, description="Token budget per turn (free).")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
+    max_prompt_tokens: int = Field(
+        1024, ge=16, description="Longer prompts keep their last tokens (the current state and "
+                                 "the legal moves) and a warning is printed.")
+
+
+class EndpointConfig(StrictModel):
+    """An OpenAI-compatible server for the ``openai`` backend; the key only via an env var."""
+
+    base_url: str = Field(min_length=1, description="e.g. http://127.0.0.1:8000/v1")
+    api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+                                    description="Name of the environment variable holding "
+                                                "the API key (never the key itself).")
 
 
 Backend = Literal["hf", "vllm", "openai", "scripted", "human"]
@@ -123,7 +135,9 @@ class RoleConfig(StrictModel):
     count: int = Field(1, ge=1, description="How many agents play this role.")
     model: str = Field("smollm2-135m-instruct", min_length=1,
                        description="Model registry name (e.g. smollm2-135m-instruct, "
-                                   "tiny-random), a Hugging Face id or a local path.")
+                                   "tiny-random), a Hugging Face id or a local path; the "
+                                   "bot name (random, heuristic, optimal) for backend "
+                                   "scripted; the served model name for backend openai.")
     backend: Backend = Field("hf", description="What runs the model.")
     adapter: AdapterConfig | None = Field(
         None, description="LoRA adapter to train; null or absent: the role is frozen.")
@@ -135,6 +149,8 @@ class RoleConfig(StrictModel):
     goal: str = Field("Play as well as you can.",
                       description="Goal template; placeholders as system_prompt except goal.")
     decoding: DecodingConfig = Field(default_factory=DecodingConfig)
+    endpoint: EndpointConfig | None = Field(
+        None, description="Server of the openai backend; required for it, else forbidden.")
 
     @field_validator("system_prompt")
     @classmethod
@@ -147,10 +163,20 @@ class RoleConfig(StrictModel):
         return check_template(v, set(PLACEHOLDERS) - {"goal"})
 
     @model_validator(mode="after")
-    def _adapter_needs_weights(self) -> RoleConfig:
+    def _backend_fields(self) -> RoleConfig:
+        problems: list[PathProblem] = []
+        if self.backend == "openai" and self.endpoint is None:
+            problems.append((("endpoint",), "required when backend is 'openai'"))
+        if self.backend != "openai" and self.endpoint is not None:
+            problems.append((("endpoint",), "only allowed with backend 'openai' "
+                                            f"(backend is {self.backend!r})"))
+        if self.backend == "openai" and self.decoding.mode == "choice":
+            problems.append((("decoding", "mode"), "the openai backend samples text and cannot "
+                                                   "score candidates; use mode 'free'"))
         if self.adapter is not None and self.backend in _WEIGHTLESS_BACKENDS:
-            raise_problems([(("adapter",), f"backend {self.backend!r} has no local weights to "
-                                           "train; remove the adapter or use backend 'hf'")])
+            problems.append((("adapter",), f"backend {self.backend!r} has no local weights to "
+                                           "train; remove the adapter or use backend 'hf'"))
+        raise_problems(problems)
         return self
 
 

@@ -256,10 +256,26 @@ def test_share_base_with(tmp_path: Path) -> None:
 def test_adapter_needs_local_weights(tmp_path: Path) -> None:
     f = str(tmp_path / "team.yaml")
     text = edit("    model: tiny-random\n  - name: b",
-                "    model: gpt-4o-mini\n    backend: openai\n    adapter: {r: 4}\n  - name: b")
+                "    model: optimal\n    backend: scripted\n    adapter: {r: 4}\n  - name: b")
     assert problems(tmp_path, text) == [
-        f"{f}:7:14: roles.0.adapter: backend 'openai' has no local weights to train; "
+        f"{f}:7:14: roles.0.adapter: backend 'scripted' has no local weights to train; "
         "remove the adapter or use backend 'hf'"]
+
+
+def test_openai_backend_needs_endpoint_and_free_decoding(tmp_path: Path) -> None:
+    f = str(tmp_path / "team.yaml")
+    text = edit("    model: tiny-random\n  - name: b",
+                "    model: gpt-4o-mini\n    backend: openai\n    decoding: {mode: choice}\n"
+                "  - name: b")
+    assert problems(tmp_path, text) == [
+        f"{f}:4:5: roles.0.endpoint: required when backend is 'openai'",
+        f"{f}:7:22: roles.0.decoding.mode: the openai backend samples text and cannot score "
+        "candidates; use mode 'free'"]
+    text = edit("    model: tiny-random\n  - name: b",
+                "    model: tiny-random\n    endpoint: {base_url: 'http://127.0.0.1:1/v1'}\n"
+                "  - name: b")
+    assert problems(tmp_path, text) == [
+        f"{f}:6:15: roles.0.endpoint: only allowed with backend 'openai' (backend is 'hf')"]
 
 
 def test_duplicate_yaml_key(tmp_path: Path) -> None:
