@@ -12,6 +12,7 @@ import contextlib
 import random
 import warnings
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -23,10 +24,9 @@ from agents.policy import Request, Response, choose, register_backend
 class ModelHost:
     """A base causal LM plus named LoRA adapters, with batched scoring and generation."""
 
-    def __init__(self, model: torch.nn.Module, tokenizer, max_prompt_tokens: int = 1024) -> None:
+    def __init__(self, model: torch.nn.Module, tokenizer) -> None:
         self.model = model
         self.tokenizer = tokenizer
-        self.max_prompt_tokens = max_prompt_tokens
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
         self.adapters: list[str] = []
@@ -47,6 +47,31 @@ class ModelHost:
             self.model = get_peft_model(self.model, cfg, adapter_name=name)
         self.adapters.append(name)
 
+    def save_adapter(self, name: str, path: str | Path) -> None:
+        """Write one adapter as a PEFT folder (adapter_config.json + safetensors weights)."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(str(path), selected_adapters=[name],
+                                   safe_serialization=True)
+        nested = path / name  # PEFT nests non-default adapters in a sub-folder
+        if nested.is_dir():
+            for f in nested.iterdir():
+                f.replace(path / f.name)
+            nested.rmdir()
+
+    def load_adapter(self, name: str, path: str | Path, trainable: bool = False) -> None:
+        """Attach a saved PEFT adapter folder under ``name``."""
+        path = Path(path)
+        if not (path / "adapter_config.json").is_file():
+            raise FileNotFoundError(f"{path} is not a PEFT adapter folder "
+                                    "(no adapter_config.json)")
+        if isinstance(self.model, PeftModel):
+            self.model.load_adapter(str(path), adapter_name=name, is_trainable=trainable)
+        else:
+            self.model = PeftModel.from_pretrained(self.model, str(path), adapter_name=name,
+                                                   is_trainable=trainable)
+        self.adapters.append(name)
+
     @contextlib.contextmanager
     def use(self, adapter: str | None) -> Iterator[None]:
         """Run the block with ``adapter`` active, or with every adapter disabled for ``None``."""
@@ -64,8 +89,9 @@ class ModelHost:
             yield
 
     # ----- tokenisation
-    def prompt_ids(self, messages: list[dict[str, str]]) -> tuple[list[int], bool]:
-        """Chat-template the messages; keep the last ``max_prompt_tokens`` tokens if too long.
+    def prompt_ids(self, messages: list[dict[str, str]],
+                   max_tokens: int = 1024) -> tuple[list[int], bool]:
+        """Chat-template the messages; keep the last ``max_tokens`` tokens if too long.
 
         The tail holds the current state and the legal moves, so it is what must survive.
         Returns the ids and whether they were truncated.
@@ -76,12 +102,12 @@ class ModelHost:
         else:
             text = "\n\n".join(m["content"] for m in messages) + "\n\n"
         ids = tok(text, add_special_tokens=False)["input_ids"]
-        if len(ids) <= self.max_prompt_tokens:
+        if len(ids) <= max_tokens:
             return ids, False
         self.truncations += 1
-        warnings.warn(f"prompt of {len(ids)} tokens truncated to its last "
-                      f"{self.max_prompt_tokens} (max_prompt_tokens)", stacklevel=2)
-        return ids[-self.max_prompt_tokens:], True
+        warnings.warn(f"prompt of {len(ids)} tokens truncated to its last {max_tokens} "
+                      "(decoding.max_prompt_tokens)", stacklevel=2)
+        return ids[-max_tokens:], True
 
     def text_ids(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -154,11 +180,12 @@ class HFPolicy:
 
     def __init__(self, host: ModelHost, adapter: str | None = None, mode: str = "free",
                  temperature: float = 1.0, max_new_tokens: int = 64, top_p: float = 1.0,
-                 seed: int = 0) -> None:
+                 max_prompt_tokens: int = 1024, seed: int = 0) -> None:
         if mode not in ("free", "choice"):
             raise ValueError(f"decoding mode must be 'free' or 'choice', got {mode!r}")
         self.host, self.adapter, self.mode = host, adapter, mode
         self.temperature, self.max_new_tokens, self.top_p = temperature, max_new_tokens, top_p
+        self.max_prompt_tokens = max_prompt_tokens
         self.rng = random.Random(seed)
 
     def _seed(self) -> int:
@@ -167,7 +194,8 @@ class HFPolicy:
     def act(self, requests: list[Request]) -> list[Response]:
         if not requests:
             return []
-        prompts, cut = zip(*(self.host.prompt_ids(r.messages) for r in requests), strict=True)
+        prompts, cut = zip(*(self.host.prompt_ids(r.messages, self.max_prompt_tokens)
+                             for r in requests), strict=True)
         with self.host.use(self.adapter):
             if self.mode == "choice":
                 return self._choose(requests, list(prompts), list(cut))
