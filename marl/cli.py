@@ -81,8 +81,10 @@ def _quiet_transformers() -> None:
 
     os.environ.setdefault("TQDM_DISABLE", "1")  # the GGUF loader uses bare tqdm; read at import
     warnings.filterwarnings("ignore", module="transformers")
+    from huggingface_hub.utils import logging as hub_logging
     from transformers.utils import logging as hf_logging
 
+    hub_logging.set_verbosity_error()  # its per-retry warnings when the hub is unreachable
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
 

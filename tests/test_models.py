@@ -89,6 +89,15 @@ def test_missing_local_path_is_clear_error(ref: str) -> None:
         load_model(ref)
 
 
+def test_local_path_that_is_not_a_model_is_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(models.ModelError, match="no config.json"):
+        load_model(str(tmp_path))
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"not a gguf file")
+    with pytest.raises(models.ModelError, match="is not a loadable model"):
+        load_model(str(junk))
+
+
 def test_unknown_bare_name_suggests_registry_name() -> None:
     with pytest.raises(UnknownModelError, match="did you mean 'smollm2-135m-instruct'"):
         load_model("smollm2")

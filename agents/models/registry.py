@@ -178,16 +178,33 @@ def load_model(ref: str = DEFAULT_MODEL, dtype: torch.dtype | str = "float32") -
         return model.eval(), tokenizer
 
     path = Path(ref).expanduser()
+    local: dict[str, Any] | None = None
     if path.is_dir():
-        return _load_dir(path, torch_dtype, local_files_only=True)
-    if path.is_file() and path.suffix == ".gguf":
-        return _load_dir(path.parent, torch_dtype, gguf_file=path.name, local_files_only=True)
+        if not (path / "config.json").is_file():
+            raise ModelError(f"{ref!r} has no config.json, so it is not a saved model directory")
+        local = {"path": path}
+    elif path.is_file() and path.suffix == ".gguf":
+        local = {"path": path.parent, "gguf_file": path.name}
+    if local is not None:
+        try:
+            return _load_dir(dtype=torch_dtype, local_files_only=True, **local)
+        except (OSError, ValueError) as exc:
+            raise ModelError(f"{ref!r} is not a loadable model: {_first_line(exc)}") from exc
     if _PATHLIKE.search(ref) or path.suffix == ".gguf":
         raise UnknownModelError(f"no model at local path {ref!r} (not a directory or .gguf file)")
     if not _HF_ID.match(ref):
         get_model_spec(ref)  # raises with suggestions
     try:
+        # The local HF cache first: no network round trips (or retries) for cached models.
+        return _load_dir(ref, torch_dtype, local_files_only=True)
+    except OSError:
+        pass
+    try:
         return _load_dir(ref, torch_dtype)
     except OSError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ModelError(f"could not load Hugging Face model {ref!r}: {first}") from exc
+        raise ModelError(f"could not load Hugging Face model {ref!r}: {_first_line(exc)}") from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
