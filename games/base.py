@@ -17,8 +17,10 @@ Subclasses implement the game through a handful of small hooks (``_setup``, ``_l
 
 from __future__ import annotations
 
+import copy
 import re
 import string
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -38,8 +40,19 @@ class InvalidAction:
     reason: str
 
 
-_BOXED = re.compile(r"\\boxed\{\s*([^{}]*?)\s*\}")
-_BRACKET = re.compile(r"\[\s*([^\[\]]*?)\s*\]")
+# No \s* around the lazy group: that ambiguity made matching cubic on an unclosed "[" followed by
+# long whitespace (seconds for a few thousand characters).  Callers strip the group instead.
+_BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
+_BRACKET = re.compile(r"\[([^\[\]]*)\]")
+
+
+def _shown(value: Any, limit: int = 40) -> str:
+    """A short printable-ASCII rendering of any object, safe inside the text observation."""
+    try:
+        text = ascii(value)
+    except Exception:
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _norm(text: str) -> str:
@@ -64,6 +77,7 @@ class TextGame(AECEnv):
     obs_low: ClassVar[float] = 0.0
     obs_high: ClassVar[float] = 1.0
     zero_sum: ClassVar[bool] = True
+    perfect_information: ClassVar[bool] = False
 
     def __init__(self, max_retries: int = 0, illegal_reward: float = -1.0,
                  render_mode: str | None = None) -> None:
@@ -118,6 +132,22 @@ class TextGame(AECEnv):
         return self.possible_agents[(i + 1) % len(self.possible_agents)]
 
     # ----- public helpers used by agents, bots and analysis
+    def state_key(self) -> Hashable | None:
+        """A hashable key of the position (equal keys => same future under legal play).
+
+        Exact solvers memoise on it; ``None`` (the default) means the game offers no key.
+        """
+        return None
+
+    def clone(self) -> TextGame:
+        """An independent copy of the current state, for search and analysis.
+
+        The (immutable) spaces are shared instead of copied: they dominate deepcopy's cost.
+        """
+        memo = {id(self.observation_spaces): self.observation_spaces,
+                id(self.action_spaces): self.action_spaces}
+        return copy.deepcopy(self, memo)
+
     def legal_actions(self, agent: str | None = None) -> list[int]:
         agent = agent or self.agent_selection
         if agent not in self.agents or self.terminations[agent] or self.truncations[agent]:
@@ -135,9 +165,9 @@ class TextGame(AECEnv):
         answer).  Legality is not checked here: ``step`` handles illegal moves.
         """
         if not isinstance(text, str):
-            return InvalidAction(repr(text), "not a string")
+            return InvalidAction(_shown(text), "not a string")
         lookup = {_norm(name): i for i, name in enumerate(self.action_names)}
-        found = sorted((m.start(), m.group(1)) for pat in (_BOXED, _BRACKET)
+        found = sorted((m.start(), m.group(1).strip()) for pat in (_BOXED, _BRACKET)
                        for m in pat.finditer(text))
         for _, cand in reversed(found):
             if _norm(cand) in lookup:
@@ -196,17 +226,18 @@ class TextGame(AECEnv):
             self.render()
 
     def _is_legal(self, agent: str, action: Any) -> bool:
+        # Arbitrary caller objects may raise anything from __int__/__eq__: all are illegal moves.
         try:
             a = int(action)
-        except (TypeError, ValueError, OverflowError):
+            return bool(a == action) and a in self._legal(agent)
+        except Exception:
             return False
-        return a == action and a in self._legal(agent)
 
     def _illegal(self, agent: str, action: Any) -> None:
         info = self.infos[agent]
         info["illegal_moves"] += 1
         if info["illegal_moves"] <= self.max_retries:
-            info["warning"] = (f"{action!r} is not a legal move; "
+            info["warning"] = (f"{_shown(action)} is not a legal move; "
                                f"{self.max_retries - info['illegal_moves']} retries left.")
             return
         info["forfeit"] = True

@@ -49,6 +49,27 @@ def make_bot(game: str, name: str, seed: int | None = None, **kwargs) -> Bot:
     return factory(seed=seed, **kwargs)
 
 
+class PolicyBot:
+    """Base of bots defined by a mixed strategy: ``act`` samples ``action_probs``.
+
+    Keeping the table as the single source of truth lets exact analysis (best responses,
+    exploitability) read exactly what the bot plays.
+    """
+
+    def __init__(self, seed: int | None = None) -> None:
+        self.rng = np.random.default_rng(seed)
+
+    def action_probs(self, env: TextGame, agent: str) -> dict[int, float]:
+        raise NotImplementedError
+
+    def act(self, env: TextGame, agent: str) -> int:
+        probs = self.action_probs(env, agent)
+        actions = list(probs)
+        if len(actions) == 1:
+            return actions[0]
+        return int(actions[self.rng.choice(len(actions), p=list(probs.values()))])
+
+
 class RandomBot:
     """Uniform over legal moves."""
 

@@ -1,26 +1,43 @@
-"""Name -> game class registry, so configs and the CLI pick games by name, not import path."""
+"""Name -> game class registry, so configs and the CLI pick games by name, not import path.
+
+Turn-based (AEC) games and the simultaneous-move (``ParallelEnv``) forms some of them also
+offer live in separate tables with the same interface.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from pettingzoo import AECEnv
+from pettingzoo import AECEnv, ParallelEnv
 
 _GAMES: dict[str, Callable[..., AECEnv]] = {}
+_PARALLEL: dict[str, Callable[..., ParallelEnv]] = {}
 T = TypeVar("T")
+
+
+def _register(table: dict[str, Any], kind: str, name: str) -> Callable[[T], T]:
+    def deco(factory: T) -> T:
+        if name in table and table[name] is not factory:
+            raise ValueError(f"{kind} {name!r} is already registered")
+        table[name] = factory
+        return factory
+
+    return deco
+
+
+def _make(table: dict[str, Callable[..., Any]], kind: str, name: str, kwargs: dict) -> Any:
+    try:
+        factory = table[name]
+    except KeyError:
+        raise KeyError(f"unknown {kind} {name!r}; known {kind}s: "
+                       f"{', '.join(sorted(table))}") from None
+    return factory(**kwargs)
 
 
 def register(name: str) -> Callable[[T], T]:
     """Class decorator: ``@register("kuhn_poker")`` makes ``games.make("kuhn_poker")`` work."""
-
-    def deco(factory: T) -> T:
-        if name in _GAMES and _GAMES[name] is not factory:
-            raise ValueError(f"game {name!r} is already registered")
-        _GAMES[name] = factory  # type: ignore[assignment]
-        return factory
-
-    return deco
+    return _register(_GAMES, "game", name)
 
 
 def names() -> list[str]:
@@ -29,8 +46,18 @@ def names() -> list[str]:
 
 def make(name: str, **kwargs) -> AECEnv:
     """Build a registered game; an unknown name lists the known ones."""
-    try:
-        factory = _GAMES[name]
-    except KeyError:
-        raise KeyError(f"unknown game {name!r}; known games: {', '.join(names())}") from None
-    return factory(**kwargs)
+    return _make(_GAMES, "game", name, kwargs)
+
+
+def register_parallel(name: str) -> Callable[[T], T]:
+    """``@register_parallel("rps")``: the simultaneous-move (``ParallelEnv``) form of a game."""
+    return _register(_PARALLEL, "parallel game", name)
+
+
+def parallel_names() -> list[str]:
+    return sorted(_PARALLEL)
+
+
+def make_parallel(name: str, **kwargs) -> ParallelEnv:
+    """Build a registered parallel form; an unknown name lists the known ones."""
+    return _make(_PARALLEL, "parallel game", name, kwargs)
