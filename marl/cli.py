@@ -138,7 +138,7 @@ def chat_cmd(
 
     ref = model or DEFAULT_MODEL
     spec = MODEL_REGISTRY.get(ref)
-    status = (f"Converting {ref} to safetensors (first use only, about a minute)..."
+    status = (f"Converting {ref} (first use only, under a minute)..."
               if spec is not None and spec.needs_build() else f"Loading {ref}...")
     console = Console(stderr=True)
     try:
