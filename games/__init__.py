@@ -4,18 +4,23 @@
 """
 
 from games.base import InvalidAction, TextGame
-from games.registry import make, names, register
+from games.registry import make, make_parallel, names, parallel_names, register
 
 # Importing a game module registers it (one file per game).
 # --- registered game modules (one import per line) ---
 # isort: split
+import games.connect_four  # noqa: F401
 import games.kuhn_poker  # noqa: F401
 import games.leduc_poker  # noqa: F401
 import games.negotiation  # noqa: F401
+import games.nim  # noqa: F401
 import games.referential  # noqa: F401
+import games.rps  # noqa: F401
 import games.split_arithmetic  # noqa: F401
+import games.tictactoe  # noqa: F401
 import games.tiny_hanabi  # noqa: F401
 
 # --- end of registered game modules ---
 
-__all__ = ["InvalidAction", "TextGame", "make", "names", "register"]
+__all__ = ["InvalidAction", "TextGame", "make", "make_parallel", "names", "parallel_names",
+           "register"]
