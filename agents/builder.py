@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from agents.agent import Agent
 from agents.hf import HFPolicy, ModelHost
@@ -65,10 +66,15 @@ def _hf(role: RoleConfig, ctx: BuildContext) -> Policy:
         adapter = role.name
         a = role.adapter
         host.add_adapter(adapter, r=a.r, alpha=a.alpha, dropout=a.dropout, targets=a.targets)
+    return hf_role_policy(host, adapter, role, ctx.seed)
+
+
+def hf_role_policy(host: ModelHost, adapter: str | None, role: RoleConfig,
+                   seed: int) -> HFPolicy:
     dec = role.decoding
     return HFPolicy(host, adapter, mode=dec.mode, temperature=dec.temperature,
                     max_new_tokens=dec.max_new_tokens, top_p=dec.top_p,
-                    max_prompt_tokens=dec.max_prompt_tokens, seed=ctx.seed)
+                    max_prompt_tokens=dec.max_prompt_tokens, seed=seed)
 
 
 def _openai(role: RoleConfig, ctx: BuildContext) -> Policy:
@@ -125,3 +131,32 @@ def build_roster(cfg: TeamConfig, seed: int = 0,
                                                             name, i),
                                 mode=role.decoding.mode))
     return Roster(agents, policies, hosts)
+
+
+def adapter_dir(path: str | Path, role: str) -> Path:
+    """The PEFT folder inside ``path``: the folder itself or its ``adapters/<role>``."""
+    path = Path(path)
+    for cand in (path, path / "adapters" / role):
+        if (cand / "adapter_config.json").is_file():
+            return cand
+    raise FileNotFoundError(f"{path} holds no adapter for role {role!r} (looked for "
+                            f"adapter_config.json in it and in adapters/{role}/)")
+
+
+def checkpoint_agent(roster: Roster, cfg: TeamConfig, path: str | Path, name: str,
+                     role: str | None = None, seed: int = 0) -> Agent:
+    """An opponent playing ``role`` with the adapter saved at ``path`` on the team's own base.
+
+    The adapter is loaded next to the team's adapters in the same host (no second copy of the
+    base weights); decoding and prompt are the role's.
+    """
+    rc = cfg.role(role) if role else cfg.roles[0]
+    if rc.backend != "hf":
+        raise ValueError(f"checkpoint opponents need an hf role; {rc.name!r} is {rc.backend!r}")
+    host = roster.hosts[host_key(cfg, rc)]
+    adapter = f"{name}@{rc.name}"
+    if adapter not in host.adapters:
+        host.load_adapter(adapter, adapter_dir(path, rc.name))
+    return Agent(name=name, role=rc.name, policy=hf_role_policy(host, adapter, rc, seed),
+                 system_prompt=system_prompt_for(rc, cfg.name, cfg.game.name, rc.name, 1),
+                 mode=rc.decoding.mode)

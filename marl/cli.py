@@ -153,5 +153,85 @@ def chat_cmd(
     typer.echo(answer)
 
 
+# --- play ---
+
+def load_team(path: str):
+    """Load and check a team file, or print its problems and exit 2."""
+    from configs import ConfigError, load_config
+
+    try:
+        return load_config(path, checks=[_game_name_check])
+    except ConfigError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
+
+
+def fail(message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(2)
+
+
+@app.command("play")
+def play_cmd(
+    config: Annotated[str, typer.Argument(help="Team YAML file.")],
+    game: Annotated[str | None, typer.Option(help="Game (default: the config's).")] = None,
+    episodes: Annotated[int, typer.Option(min=1, help="Games to play.")] = 10,
+    against: Annotated[str | None, typer.Option(
+        help="Opponent: a bot name (random, heuristic, optimal) or a checkpoint/adapter "
+             "folder. Default: self-play.")] = None,
+    human: Annotated[bool, typer.Option("--human", help="You play the other seat.")] = False,
+    seed: Annotated[int, typer.Option(help="First episode seed.")] = 0,
+    concurrency: Annotated[int, typer.Option(min=1, help="Games played at once.")] = 16,
+    out: Annotated[str, typer.Option(help="Transcripts JSONL.")] = "transcripts.jsonl",
+) -> None:
+    """Play the team's game and print wins/draws/losses per seat and the parse-error rate."""
+    _quiet_transformers()
+    from pathlib import Path
+
+    from rich.console import Console
+    from rich.progress import Progress
+
+    import games
+    from agents import Agent
+    from agents.builder import build_roster, checkpoint_agent
+    from agents.models import ModelError
+    from agents.scripted import HumanPolicy, ScriptedPolicy
+    from games.bots import bot_names
+    from orchestrator.play import play, report_table
+
+    cfg = load_team(config)
+    if game is not None:
+        if game not in games.names():
+            fail(f"unknown game {game!r}; known: {', '.join(games.names())}")
+        cfg = cfg.model_copy(update={"game": cfg.game.model_copy(update={"name": game,
+                                                                          "kwargs": {}})})
+    console = Console()
+    try:
+        with console.status(f"Loading team {cfg.name}..."):
+            roster = build_roster(cfg, seed=seed)
+            opponents = None
+            if human:
+                opponents = [Agent("human", "human", HumanPolicy(), mode="free")]
+                concurrency = 1
+            elif against in bot_names(cfg.game.name):
+                opponents = [Agent(against, "bot", ScriptedPolicy(cfg.game.name, against, seed),
+                                   mode="choice")]
+            elif against is not None:
+                opponents = [checkpoint_agent(roster, cfg, against, Path(against).name,
+                                              seed=seed + 1)]
+    except (ModelError, FileNotFoundError, ValueError) as exc:
+        fail(str(exc))
+    if opponents:
+        n_seats = len(games.make(cfg.game.name, **cfg.game.kwargs).possible_agents)
+        opponents = opponents * (n_seats - 1)
+    with Progress(console=console, transient=True, disable=human) as bar:
+        task = bar.add_task(f"{cfg.game.name}", total=episodes)
+        report = play(roster, cfg.game.name, cfg.game.kwargs, episodes, opponents, seed=seed,
+                      concurrency=concurrency, transcripts=Path(out),
+                      on_episode=lambda ep: bar.advance(task))
+    console.print(report_table(report, title=f"{cfg.name} on {cfg.game.name}"))
+    console.print(f"transcripts: {out}")
+
+
 if __name__ == "__main__":
     app()

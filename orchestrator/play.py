@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from rich.table import Table
+
 import games
 from agents.agent import Agent
 from agents.builder import Roster
@@ -115,3 +117,17 @@ def play(roster: Roster, game: str, game_kwargs: dict, episodes: int,
             sink.close()
     return report
 
+
+
+def report_table(report: PlayReport, title: str) -> Table:
+    """Wins/draws/losses per participant and seat, then the model-turn error rates."""
+    table = Table(title=title)
+    for col in ("participant", "seat", "games", "wins", "draws", "losses", "win rate"):
+        table.add_column(col, justify="left" if col in ("participant", "seat") else "right")
+    for (name, seat), rec in sorted(report.records.items()):
+        table.add_row(name, seat, str(rec.games), str(rec.wins), str(rec.draws),
+                      str(rec.losses), f"{rec.wins / rec.games:.2f}" if rec.games else "-")
+    table.caption = (f"model turns {report.model_turns}, parse errors {report.parse_errors} "
+                     f"({report.parse_error_rate:.1%}), illegal moves {report.illegal_moves}, "
+                     f"forfeits {report.forfeits}")
+    return table

@@ -1,0 +1,53 @@
+"""The GRPO objective on token log-probs.
+
+Per token t of a decision with advantage A (REFERENCE.md section 1):
+
+    rho_t = exp(log pi_theta(t) - log pi_old(t))
+    L_clip = -min(rho_t * A, clip(rho_t, 1 - eps_lo, 1 + eps_hi) * A)
+    L_kl   = beta * (exp(q_t) - q_t - 1),   q_t = log pi_ref(t) - log pi_theta(t)   (k3, >= 0)
+    L      = sum_t (L_clip + L_kl) / n_tokens  -  entropy_coef * mean(H)
+
+Token-level averaging (every token of the batch weighs the same) keeps long completions from
+being down-weighted.  In ``choice`` decoding a decision is a single "token" whose log-prob is
+``log pi(a|s)`` over the legal actions, so the same function applies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class LossParts:
+    loss: torch.Tensor
+    clip_frac: float
+    kl: float
+    entropy: float
+
+
+def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor,
+              mask: torch.Tensor, clip_low: float = 0.2, clip_high: float = 0.2,
+              ref_logp: torch.Tensor | None = None, beta: float = 0.0,
+              entropy: torch.Tensor | None = None, entropy_coef: float = 0.0) -> LossParts:
+    """All tensors are [decisions, tokens] except ``adv`` [decisions] and ``entropy``
+    [decisions] (mean entropy per decision); ``mask`` is 1 on real tokens."""
+    n = mask.sum().clamp(min=1)
+    ratio = torch.exp(logp - old_logp)
+    a = adv[:, None]
+    surr = torch.minimum(ratio * a, ratio.clamp(1 - clip_low, 1 + clip_high) * a)
+    per_token = -surr
+    kl = torch.zeros((), device=logp.device)
+    if ref_logp is not None and beta > 0:
+        q = ref_logp - logp
+        k3 = torch.exp(q) - q - 1
+        per_token = per_token + beta * k3
+        kl = (k3 * mask).sum() / n
+    loss = (per_token * mask).sum() / n
+    ent = torch.zeros((), device=logp.device) if entropy is None else entropy.mean()
+    if entropy is not None and entropy_coef > 0:
+        loss = loss - entropy_coef * ent
+    clipped = ((ratio - 1).abs() > torch.where(a > 0, clip_high, clip_low)).float()
+    return LossParts(loss, float((clipped * mask).sum() / n), float(kl.detach()),
+                     float(ent.detach()))
