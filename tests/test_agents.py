@@ -1,0 +1,204 @@
+"""Policies, decoding modes, adapters and the rollout engine on the tiny random model."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+import torch
+
+import games
+from agents import Agent
+from agents.builder import build_roster, checkpoint_agent
+from agents.hf import HFPolicy, ModelHost
+from agents.models import build_tiny_random
+from agents.openai_backend import OpenAIPolicy
+from agents.policy import Request, Response
+from agents.rollout import RolloutEngine
+from agents.scripted import ScriptedPolicy
+from configs import load_config
+from orchestrator.play import play
+
+TINY = Path(__file__).parents[1] / "configs" / "tiny_test.yaml"
+
+
+@pytest.fixture()
+def host() -> ModelHost:
+    model, tok = build_tiny_random()
+    h = ModelHost(model, tok)
+    h.add_adapter("red")
+    h.add_adapter("blue")
+    return h
+
+
+def kuhn_request(agent_id: str = "player_0", seed: int = 0) -> Request:
+    env = games.make("kuhn_poker")
+    env.reset(seed=seed)
+    return Agent("x", "player", policy=None, mode="choice").request(env, agent_id)  # type: ignore[arg-type]
+
+
+def test_choice_logprob_matches_separate_forward(host: ModelHost) -> None:
+    pol = HFPolicy(host, "red", mode="choice", seed=1)
+    reqs = [kuhn_request(seed=s) for s in range(4)]
+    for req, resp in zip(reqs, pol.act(reqs), strict=True):
+        assert resp.choice is not None and resp.text == req.action_texts[resp.choice]
+        with host.use("red"), torch.no_grad():
+            per = host.sequence_logprobs([resp.prompt_ids] * len(resp.candidate_ids),
+                                         resp.candidate_ids)
+        logpi = torch.log_softmax(torch.stack([p.sum() for p in per]), 0)
+        assert abs(float(logpi[resp.choice]) - resp.logprobs[0]) < 1e-4
+
+
+def test_free_logprobs_match_separate_forward(host: ModelHost) -> None:
+    pol = HFPolicy(host, "blue", mode="free", max_new_tokens=12, temperature=0.8, seed=3)
+    reqs = [kuhn_request(seed=s) for s in range(3)]  # different prompts: left padding in play
+    for resp in pol.act(reqs):
+        assert len(resp.completion_ids) == len(resp.logprobs) > 0
+        with host.use("blue"), torch.no_grad():
+            ref = host.sequence_logprobs([resp.prompt_ids], [resp.completion_ids],
+                                         temperature=0.8)[0]
+        assert torch.allclose(ref, torch.tensor(resp.logprobs), atol=1e-4)
+
+
+def test_adapter_switching_changes_only_that_role(host: ModelHost) -> None:
+    req = kuhn_request()
+    pa = HFPolicy(host, "red", mode="choice", temperature=0)
+    pb = HFPolicy(host, "blue", mode="choice", temperature=0)
+    before_a, before_b = pa.act([req])[0].logprobs, pb.act([req])[0].logprobs
+    assert before_a == pytest.approx(before_b)  # fresh LoRA (B = 0) equals the base
+    with torch.no_grad():
+        for name, p in host.model.named_parameters():
+            if "lora_B" in name and ".blue." in name:
+                p.normal_(0, 0.5)
+    assert pa.act([req])[0].logprobs == pytest.approx(before_a)
+    assert pb.act([req])[0].logprobs != pytest.approx(before_b)
+
+
+def test_adapter_save_load_roundtrip(host: ModelHost, tmp_path: Path) -> None:
+    with torch.no_grad():
+        for name, p in host.model.named_parameters():
+            if "lora_B" in name and ".red." in name:
+                p.normal_(0, 0.5)
+    host.save_adapter("red", tmp_path / "ad")
+    assert (tmp_path / "ad" / "adapter_model.safetensors").is_file()
+    other = ModelHost(*build_tiny_random())
+    other.load_adapter("copy", tmp_path / "ad")
+    req = kuhn_request()
+    lp = HFPolicy(host, "red", mode="choice", temperature=0).act([req])[0].logprobs
+    lp2 = HFPolicy(other, "copy", mode="choice", temperature=0).act([req])[0].logprobs
+    assert lp == pytest.approx(lp2, abs=1e-5)
+
+
+class Garbage:
+    """A policy whose text never names a move: the malformed-model-output case."""
+
+    def act(self, requests: list[Request]) -> list[Response]:
+        return [Response(text="I refuse \\boxed{banana} [[[") for _ in requests]
+
+
+def test_malformed_output_is_counted_not_raised() -> None:
+    seats = games.make("tic_tac_toe").possible_agents
+    bad = Agent("bad", "player", Garbage())
+    bot = Agent("bot", "bot", ScriptedPolicy("tic_tac_toe", "random", seed=0), mode="choice")
+    engine = RolloutEngine(lambda: games.make("tic_tac_toe", max_retries=1),
+                           lambda i: dict(zip(seats, [bad, bot] if i % 2 else [bot, bad],
+                                              strict=True)), concurrency=4)
+    eps = engine.play(6)
+    for ep in eps:
+        bad_seat = next(s for s, n in ep.seats.items() if n == "bad")
+        assert ep.illegal_moves[bad_seat] == 2  # one warned retry, then the forfeit
+        assert ep.forfeits == [bad_seat]
+        assert ep.returns[bad_seat] == -1
+        assert all(not t.parsed for t in ep.turns if t.name == "bad")
+
+
+def test_engine_is_reproducible_and_batches_across_games() -> None:
+    cfg = load_config(TINY)
+
+    def run() -> list:
+        roster = build_roster(cfg, seed=5)
+        calls: list[int] = []
+        pol = roster.policies["player"]
+        act = pol.act
+        pol.act = lambda reqs: calls.append(len(reqs)) or act(reqs)  # type: ignore[method-assign]
+        eps = RolloutEngine(lambda: games.make("kuhn_poker"),
+                            lambda i: dict(zip(["player_0", "player_1"], roster.agents,
+                                               strict=True)), concurrency=8).play(8, seed=3)
+        return [(e.returns, [t.action for t in e.turns]) for e in eps], calls
+
+    a, calls = run()
+    b, _ = run()
+    assert a == b
+    assert calls[0] == 8  # the first decision of all 8 games went out as one batch
+
+
+def test_build_roster_shares_one_base_across_roles(tmp_path: Path) -> None:
+    text = TINY.read_text().replace(
+        "roles:\n", "roles:\n  - name: critic\n    model: tiny-random\n    adapter: {r: 4}\n"
+                    "    share_base_with: player\n")
+    (tmp_path / "t.yaml").write_text(text)
+    roster = build_roster(load_config(tmp_path / "t.yaml"))
+    assert len(roster.hosts) == 1
+    host = next(iter(roster.hosts.values()))
+    assert sorted(host.adapters) == ["critic", "player"]
+    assert [a.name for a in roster.agents] == ["critic", "player_0", "player_1"]
+    assert "critic" in roster.agents[0].system_prompt
+
+
+def test_play_against_checkpoint_and_bot(tmp_path: Path) -> None:
+    cfg = load_config(TINY)
+    roster = build_roster(cfg)
+    next(iter(roster.hosts.values())).save_adapter("player", tmp_path / "ckpt")
+    opp = checkpoint_agent(roster, cfg, tmp_path / "ckpt", "ckpt")
+    report = play(roster, "kuhn_poker", {}, 6, [opp], transcripts=tmp_path / "t.jsonl")
+    assert report.episodes == 6 and report.parse_errors == 0
+    assert {n for n, _ in report.records} == {"player_0", "ckpt"}
+    lines = (tmp_path / "t.jsonl").read_text().splitlines()
+    assert len(lines) == 6 and "turns" in json.loads(lines[0])
+
+
+class _ChatServer(BaseHTTPRequestHandler):
+    """A loopback OpenAI-compatible endpoint answering from the tiny model."""
+
+    model = tokenizer = None
+    seen: list[dict] = []
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server API)
+        from agents.models import generate
+
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.seen.append({"auth": self.headers.get("Authorization"), **body})
+        text = generate(self.model, self.tokenizer, body["messages"], max_new_tokens=4,
+                        temperature=0.0)
+        if body["messages"][-1]["content"].startswith("Player"):
+            text += " [Bet]"
+        payload = json.dumps({"choices": [{"message": {"role": "assistant", "content": text}}]})
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(payload.encode())
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_openai_backend_against_loopback_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    _ChatServer.model, _ChatServer.tokenizer = build_tiny_random()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _ChatServer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("TEST_KEY", "sk-test")
+    try:
+        pol = OpenAIPolicy(f"http://127.0.0.1:{server.server_port}/v1", "tiny",
+                           api_key_env="TEST_KEY", max_new_tokens=4)
+        reqs = [kuhn_request(seed=s) for s in range(3)]
+        out = pol.act(reqs)
+        assert len(out) == 3 and pol.errors == 0
+        assert _ChatServer.seen[0]["auth"] == "Bearer sk-test"
+        assert _ChatServer.seen[0]["model"] == "tiny"
+        dead = OpenAIPolicy("http://127.0.0.1:9/v1", "tiny", timeout=2)
+        assert dead.act(reqs[:1])[0].text == "" and dead.errors == 1
+    finally:
+        server.shutdown()
