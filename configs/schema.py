@@ -15,8 +15,11 @@ import string
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
+
+from configs.base import StrictModel
+from configs.train import TrainConfig
 
 SCHEMA_ID = "marl-teams/v1"
 
@@ -82,12 +85,6 @@ def check_template(text: str, allowed: Iterable[str]) -> str:
             raise ValueError(f"nested placeholder in the format spec of '{{{field}}}' "
                              "is not allowed")
     return text
-
-
-class StrictModel(BaseModel):
-    """Base of every config model: unknown keys are errors, never silently ignored."""
-
-    model_config = ConfigDict(extra="forbid")
 
 
 class AdapterConfig(StrictModel):
@@ -248,6 +245,7 @@ class TeamConfig(StrictModel):
     roles: list[RoleConfig] = Field(min_length=1, description="The team's roles.")
     topology: TopologyConfig = Field(default_factory=TopologyConfig)
     game: GameConfig
+    train: TrainConfig | None = Field(None, description="Read by `marl train`.")
 
     def role(self, name: str) -> RoleConfig:
         """The role called ``name`` (KeyError lists the known ones)."""

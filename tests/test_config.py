@@ -142,7 +142,7 @@ def test_unknown_key_points_at_the_key_with_a_hint(tmp_path: Path) -> None:
     # No close match: list what is allowed at that level instead.
     assert problems(tmp_path, BASE + "zzz: 1\n") == [
         f"{f}:12:1: zzz: unknown key 'zzz'; allowed keys: schema, name, description, roles, "
-        "topology, game"]
+        "topology, game, train"]
 
 
 def test_missing_fields_point_at_the_parent_mapping(tmp_path: Path) -> None:
@@ -397,24 +397,34 @@ def test_checks_are_located(tmp_path: Path) -> None:
         f"{f}:11:9: game.name: no poker today"]
 
 
-class TrainSection(BaseModel, extra="forbid"):
+class ExtraSection(BaseModel, extra="forbid"):
     steps: int = Field(10, ge=1)
 
 
-class WithTrain(TeamConfig):
+class WithExtra(TeamConfig):
     """How a later issue adds a section: an optional field on a TeamConfig subclass."""
 
-    train: TrainSection | None = None
+    extra: ExtraSection | None = None
 
 
 def test_a_later_section_plugs_in(tmp_path: Path) -> None:
     f = str(tmp_path / "team.yaml")
-    cfg = load_config(write(tmp_path, BASE + "train:\n  steps: 3\n"), model=WithTrain)
+    cfg = load_config(write(tmp_path, BASE + "extra:\n  steps: 3\n"), model=WithExtra)
+    assert cfg.extra is not None and cfg.extra.steps == 3
+    assert problems(tmp_path, BASE + "extra:\n  stpes: 3\n", model=WithExtra) == [
+        f"{f}:13:3: extra.stpes: unknown key 'stpes'; did you mean 'steps'?"]
+    assert problems(tmp_path, BASE + "extra:\n  steps: 3\n")[0].startswith(
+        f"{f}:12:1: extra: unknown key 'extra'")
+
+
+def test_train_section_is_validated_in_place(tmp_path: Path) -> None:
+    f = str(tmp_path / "team.yaml")
+    cfg = load_config(write(tmp_path, BASE + "train:\n  steps: 3\n  league: {anchors: [random]}\n"))
     assert cfg.train is not None and cfg.train.steps == 3
-    assert problems(tmp_path, BASE + "train:\n  stpes: 3\n", model=WithTrain) == [
-        f"{f}:13:3: train.stpes: unknown key 'stpes'; did you mean 'steps'?"]
-    assert problems(tmp_path, BASE + "train:\n  steps: 3\n")[0].startswith(
-        f"{f}:12:1: train: unknown key 'train'")
+    assert cfg.train.league.anchors == ["random"]
+    assert problems(tmp_path, BASE + "train:\n  group_size: 1\n  advantge: global\n") == [
+        f"{f}:13:15: train.group_size: input should be greater than or equal to 2, got 1",
+        f"{f}:14:3: train.advantge: unknown key 'advantge'; did you mean 'advantage'?"]
 
 
 # --- the CLI ---

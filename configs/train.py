@@ -1,0 +1,84 @@
+"""The ``train`` section: what ``marl train`` reads (algorithm, league, Ray, checkpoints)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from configs.base import StrictModel
+
+
+class LeagueConfig(StrictModel):
+    """Who the trained roles play against (competitive games)."""
+
+    opponents: Literal["self", "league"] = Field(
+        "self", description="self: the latest policy in every seat; league: the trained role "
+                            "takes one seat and a pool member the others.")
+    snapshot_every: int = Field(5, ge=1, description="Add the policy to the pool every k steps.")
+    pool_size: int = Field(8, ge=1, description="Most recent snapshots kept in the pool.")
+    anchors: list[str] = Field(default_factory=list,
+                               description="Fixed opponents: bot names (random, heuristic, "
+                                           "optimal) or checkpoint folders.")
+    latest_prob: float = Field(0.3, ge=0.0, le=1.0,
+                               description="Chance that a league game is against the latest "
+                                           "policy itself.")
+    sampling: Literal["uniform", "winrate"] = Field(
+        "winrate", description="winrate: opponents that still win get picked more often.")
+
+
+class RayConfig(StrictModel):
+    """Where rollouts and learners run."""
+
+    enabled: bool = Field(True, description="False runs everything in this process.")
+    address: str | None = Field(None, description="An existing cluster (ray://... or auto); "
+                                                  "default: start a local Ray.")
+    rollout_workers: int = Field(1, ge=1, description="Rollout worker actors.")
+    cpus_per_worker: float = Field(1.0, gt=0)
+    gpus_per_worker: float = Field(0.0, ge=0, description="May be fractional: workers share.")
+    cpus_per_learner: float = Field(1.0, gt=0)
+    gpus_per_learner: float = Field(0.0, ge=0, description="One learner per GPU: 1.")
+
+
+class LearnerConfig(StrictModel):
+    backend: Literal["torch", "deepspeed"] = Field(
+        "torch", description="deepspeed needs the deepspeed extra.")
+    zero_stage: int = Field(1, ge=0, le=3, description="DeepSpeed ZeRO stage.")
+    micro_batch: int = Field(16, ge=1, description="Sequences per forward/backward.")
+
+
+class TrainConfig(StrictModel):
+    """Multi-agent GRPO settings."""
+
+    algorithm: Literal["grpo"] = "grpo"
+    advantage: Literal["agent_wise", "global", "rae", "turn_level"] = Field(
+        "agent_wise", description="Advantage estimator (REFERENCE.md section 1).")
+    agent_key: Literal["seat", "role"] = Field(
+        "seat", description="What 'agent' means for agent-wise statistics.")
+    group_by: Literal["seed", "state"] = Field(
+        "seed", description="seed: the G games of one deal; state: decisions taken in the "
+                            "identical observation (anchor states).")
+    reward: Literal["individual", "team"] = Field(
+        "individual", description="team: every agent gets the team's mean reward (MAGRPO).")
+    gamma: float = Field(1.0, ge=0.0, le=1.0, description="Discount for turn_level credit.")
+    rae_decay: float = Field(0.95, gt=0.0, lt=1.0)
+    group_size: int = Field(8, ge=2, description="G: games per group.")
+    groups_per_step: int = Field(8, ge=1, description="Groups per training step.")
+    steps: int = Field(20, ge=1)
+    lr: float = Field(1e-4, gt=0)
+    clip_low: float = Field(0.2, ge=0)
+    clip_high: float = Field(0.28, ge=0)
+    kl: float = Field(0.0, ge=0, description="beta of the k3 KL to the base model.")
+    entropy: float = Field(0.0, ge=0, description="Entropy bonus coefficient.")
+    epochs: int = Field(1, ge=1, description="Passes over each batch.")
+    max_grad_norm: float = Field(1.0, gt=0)
+    seed: int = 0
+    concurrency: int = Field(64, ge=1, description="Games played at once per worker.")
+    checkpoint_every: int = Field(5, ge=1)
+    max_bad_steps: int = Field(3, ge=1, description="Consecutive NaN/inf losses before stop.")
+    eval_every: int = Field(0, ge=0, description="Exact evaluation (exploitability) every k "
+                                                 "steps where the game supports it; 0: off.")
+    loggers: list[Literal["jsonl", "wandb"]] = Field(default_factory=lambda: ["jsonl"])
+    league: LeagueConfig = Field(default_factory=LeagueConfig)
+    ray: RayConfig = Field(default_factory=RayConfig)
+    learner: LearnerConfig = Field(default_factory=LearnerConfig)
