@@ -50,13 +50,16 @@ def _start(game: GameSpec, seat: str | int) -> tuple[TextGame, str]:
     return env, agent
 
 
-def _checked(probs: Mapping[int, float], legal: list[int], where: str) -> dict[int, float]:
+def _checked(probs: Mapping[int, float], env: TextGame, agent: str) -> dict[int, float]:
     """The policy's distribution, refusing illegal actions and probabilities not summing to 1."""
+    legal = env.legal_actions(agent)
     illegal = [a for a, p in probs.items() if p > 0 and a not in legal]
     if illegal:
-        raise ValueError(f"policy puts probability on illegal actions {illegal} at {where}")
+        raise ValueError(f"policy puts probability on illegal actions {illegal} "
+                         f"at {env.state_key()!r}")
     if not math.isclose(sum(probs.values()), 1.0, abs_tol=1e-6):
-        raise ValueError(f"policy probabilities sum to {sum(probs.values())} at {where}")
+        raise ValueError(f"policy probabilities sum to {sum(probs.values())} "
+                         f"at {env.state_key()!r}")
     return {a: p for a, p in probs.items() if p > 0}
 
 
@@ -90,9 +93,7 @@ class _Search:
         return result
 
     def _probs(self, env: TextGame) -> dict[int, float]:
-        legal = env.legal_actions(self.agent)
-        where = repr(env.state_key())
-        return _checked(self.policy(env, self.agent), legal, where)  # type: ignore[misc]
+        return _checked(self.policy(env, self.agent), env, self.agent)  # type: ignore[misc]
 
     def _after(self, env: TextGame, action: int | None) -> float:
         child = env.clone()

@@ -23,6 +23,7 @@ from pettingzoo.test.seed_test import parallel_seed_test
 
 import games
 from games.base import InvalidAction, TextGame
+from games.bots import bot_names, make_bot
 
 GAMES = games.names()
 PARALLEL = games.parallel_names()
@@ -196,6 +197,23 @@ def test_junk_steps_never_raise_nor_corrupt(name, data):
     while env.agents and game_over(env):  # the dead steps that end every episode
         env.step(None)
         check_invariants(env)
+
+
+# ----- bots
+
+
+@pytest.mark.parametrize("name, bot", [(g, b) for g in GAMES for b in bot_names(g)])
+def test_bots_play_legal_moves_in_reachable_states(name, bot):
+    """Every registered bot, asked at every turn of random games, names a legal move."""
+    rng = np.random.default_rng(0)
+    for seed in range(3):
+        env = fresh(name, seed=seed)
+        player = make_bot(name, bot, seed=seed)
+        while not game_over(env):
+            agent = env.agent_selection
+            legal = env.legal_actions(agent)
+            assert player.act(env, agent) in legal
+            env.step(int(rng.choice(legal)))
 
 
 # ----- cloning
