@@ -120,6 +120,12 @@ class ModelHost:
         One right-padded forward over every (prompt + completion).  Gradients flow when called
         outside ``torch.no_grad`` (the learner uses this same function).
         """
+        return self.sequence_stats(prompts, completions, temperature)[0]
+
+    def sequence_stats(self, prompts: list[list[int]], completions: list[list[int]],
+                       temperature: float = 1.0, entropy: bool = False
+                       ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Token log-probs and, if asked, the full-vocabulary entropy at each completion token."""
         seqs = [p + c for p, c in zip(prompts, completions, strict=True)]
         width = max(len(s) for s in seqs)
         pad = self.tokenizer.pad_token_id
@@ -130,13 +136,36 @@ class ModelHost:
             mask[i, : len(s)] = 1
         logits = self.model(input_ids=ids.to(self.device),
                             attention_mask=mask.to(self.device)).logits.float()
-        out = []
+        logps, ents = [], []
         for i, (p, c) in enumerate(zip(prompts, completions, strict=True)):
             # logits at position t predict token t+1
             step = logits[i, len(p) - 1 : len(p) + len(c) - 1] / max(temperature, 1e-6)
+            logsm = F.log_softmax(step, dim=-1)
             tgt = torch.tensor(c, device=step.device)
-            out.append(F.log_softmax(step, dim=-1).gather(1, tgt[:, None]).squeeze(1))
-        return out
+            logps.append(logsm.gather(1, tgt[:, None]).squeeze(1))
+            if entropy:
+                ents.append(-(logsm.exp() * logsm).sum(-1))
+        return logps, ents
+
+    def adapter_weights(self, name: str) -> dict[str, torch.Tensor]:
+        """The adapter's tensors (CPU copies), keyed without the adapter name: what learners
+        send to rollout workers and checkpoints store."""
+        from peft import get_peft_model_state_dict
+
+        sd = get_peft_model_state_dict(self.model, adapter_name=name)
+        return {k: v.detach().cpu().clone() for k, v in sd.items()}
+
+    def set_adapter_weights(self, name: str, weights: dict[str, torch.Tensor]) -> None:
+        from peft import set_peft_model_state_dict
+
+        result = set_peft_model_state_dict(self.model, weights, adapter_name=name)
+        bad = [k for k in result.unexpected_keys if "lora_" in k]
+        if bad:
+            raise KeyError(f"adapter weights do not fit adapter {name!r}: {bad[:3]}")
+
+    def delete_adapter(self, name: str) -> None:
+        self.model.delete_adapter(name)
+        self.adapters.remove(name)
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], max_new_tokens: int, temperature: float,
@@ -186,6 +215,9 @@ class HFPolicy:
         self.host, self.adapter, self.mode = host, adapter, mode
         self.temperature, self.max_new_tokens, self.top_p = temperature, max_new_tokens, top_p
         self.max_prompt_tokens = max_prompt_tokens
+        self.rng = random.Random(seed)
+
+    def reseed(self, seed: int) -> None:
         self.rng = random.Random(seed)
 
     def _seed(self) -> int:

@@ -31,6 +31,9 @@ class OpenAIPolicy:
         self.pool = ThreadPoolExecutor(max_workers=max_workers)
         self.errors = 0
 
+    def reseed(self, seed: int) -> None:
+        self.seed = seed
+
     def _one(self, request: Request) -> Response:
         body = {"model": self.model, "messages": request.messages,
                 "temperature": self.temperature, "max_tokens": self.max_new_tokens}

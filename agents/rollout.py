@@ -76,7 +76,7 @@ class RolloutEngine:
     """Plays ``n`` episodes of ``make_env()`` with ``seating(i)`` choosing each episode's agents.
 
     ``seating(i)`` returns ``{agent_id: Agent}`` for episode ``i`` (so callers rotate seats,
-    sample league opponents, etc.).  Episode ``i`` is reset with ``seed + i``.
+    sample league opponents, etc.).
     """
 
     def __init__(self, make_env: Callable[[], TextGame],
@@ -85,14 +85,18 @@ class RolloutEngine:
         self.seating = seating
         self.concurrency = max(1, concurrency)
 
-    def play(self, n: int, seed: int = 0,
+    def play(self, n: int, seed: int = 0, seeds: Sequence[int] | None = None,
              on_episode: Callable[[Episode], None] | None = None) -> list[Episode]:
+        """Play ``n`` episodes; episode ``i`` uses ``seeds[i]`` if given, else ``seed + i``."""
+        if seeds is not None and len(seeds) != n:
+            raise ValueError(f"{len(seeds)} seeds for {n} episodes")
         done: list[Episode] = []
         running: list[_Running] = []
         started = 0
         while len(done) < n:
             while started < n and len(running) < self.concurrency:
-                running.append(self._start(started, seed + started))
+                running.append(self._start(started, seeds[started] if seeds is not None
+                                           else seed + started))
                 started += 1
             self._step(running)
             for r in [r for r in running if not r.env.agents]:

@@ -15,8 +15,11 @@ class ScriptedPolicy:
     """Wraps a game bot (``random``, ``heuristic``, ``optimal``) as a policy."""
 
     def __init__(self, game: str, bot: str = "random", seed: int | None = None) -> None:
+        self.game, self.name = game, bot
         self.bot = make_bot(game, bot, seed=seed)
-        self.name = bot
+
+    def reseed(self, seed: int) -> None:
+        self.bot = make_bot(self.game, self.name, seed=seed)
 
     def act(self, requests: list[Request]) -> list[Response]:
         out = []

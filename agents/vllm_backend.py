@@ -54,6 +54,9 @@ class VLLMPolicy:
         self.seed = seed
         self.rng = random.Random(seed)
 
+    def reseed(self, seed: int) -> None:
+        self.seed, self.rng = seed, random.Random(seed)
+
     def act(self, requests: list[Request]) -> list[Response]:
         from vllm import SamplingParams
 

@@ -1,0 +1,140 @@
+"""Checkpoints that survive crashes: written to a temp folder, then renamed into place.
+
+Layout of ``RUN/checkpoints/step_000010/``::
+
+    adapters/<role>/            PEFT adapter folders (adapter_config.json + safetensors)
+    optimizer/<model>.safetensors + .json   optimizer tensors + their structure
+    league/<snapshot>.safetensors           league pool weights
+    state.json                  step, league results, estimator state, counters
+    team.yaml                   the resolved config
+
+``RUN/latest`` names the newest complete checkpoint; it is replaced atomically after the rename,
+so a kill at any moment leaves either the old or the new checkpoint, never half of one.
+Nothing here pickles: tensors go to safetensors, everything else to JSON/YAML.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import yaml
+from peft import LoraConfig
+from safetensors.torch import load_file, save_file
+
+from configs import TeamConfig
+from marl.league import Weights
+
+
+def _save_tensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
+    save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(path))
+
+
+def save_adapter_folder(weights: dict[str, torch.Tensor], role, path: Path) -> None:
+    """A PEFT adapter folder from weights alone (the driver may not hold the model)."""
+    path.mkdir(parents=True, exist_ok=True)
+    a = role.adapter
+    LoraConfig(r=a.r, lora_alpha=a.alpha, lora_dropout=a.dropout, target_modules=a.targets,
+               task_type="CAUSAL_LM").save_pretrained(str(path))
+    _save_tensors(weights, path / "adapter_model.safetensors")
+
+
+def _flatten_optimizer(state: dict) -> tuple[dict[str, torch.Tensor], dict]:
+    tensors, scalars = {}, {}
+    for idx, st in state["state"].items():
+        for name, v in st.items():
+            if torch.is_tensor(v):
+                tensors[f"{idx}.{name}"] = v
+            else:
+                scalars[f"{idx}.{name}"] = v
+    return tensors, {"param_groups": state["param_groups"], "scalars": scalars}
+
+
+def _unflatten_optimizer(tensors: dict[str, torch.Tensor], meta: dict) -> dict:
+    state: dict[int, dict] = {}
+    for key, v in [*tensors.items(), *meta["scalars"].items()]:
+        idx, name = key.split(".", 1)
+        state.setdefault(int(idx), {})[name] = v
+    return {"state": state, "param_groups": meta["param_groups"]}
+
+
+@dataclass
+class Checkpoint:
+    step: int
+    path: Path
+    weights: Weights
+    optimizer_states: dict[str, dict]
+    snapshots: dict[str, Weights]
+    state: dict
+
+
+def save_checkpoint(run: Path, step: int, cfg: TeamConfig, weights: Weights,
+                    optimizer_states: dict[str, dict], snapshots: dict[str, Weights],
+                    state: dict) -> Path:
+    root = run / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step_{step:06d}"
+    tmp = Path(tempfile.mkdtemp(prefix=f".step_{step:06d}.", dir=root))
+    try:
+        for role, sd in weights.items():
+            save_adapter_folder(sd, cfg.role(role), tmp / "adapters" / role)
+        (tmp / "optimizer").mkdir()
+        for i, (key, opt) in enumerate(optimizer_states.items()):
+            tensors, meta = _flatten_optimizer(opt)
+            _save_tensors(tensors, tmp / "optimizer" / f"{i}.safetensors")
+            (tmp / "optimizer" / f"{i}.json").write_text(json.dumps({"model": key, **meta}))
+        (tmp / "league").mkdir()
+        for sid, w in snapshots.items():
+            flat = {f"{role}::{k}": v for role, sd in w.items() for k, v in sd.items()}
+            _save_tensors(flat, tmp / "league" / f"{sid.replace(':', '_')}.safetensors")
+        (tmp / "state.json").write_text(json.dumps({"step": step, **state}, indent=1))
+        (tmp / "team.yaml").write_text(yaml.safe_dump(cfg.model_dump(by_alias=True,
+                                                                     mode="json"),
+                                                      sort_keys=False))
+        for f in tmp.rglob("*"):
+            if f.is_file():
+                with f.open("rb") as fh:
+                    os.fsync(fh.fileno())
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    pointer = run / ".latest.tmp"
+    pointer.write_text(final.name)
+    os.replace(pointer, run / "latest")
+    return final
+
+
+def latest_checkpoint(run: Path) -> Path | None:
+    pointer = run / "latest"
+    if not pointer.is_file():
+        return None
+    path = run / "checkpoints" / pointer.read_text().strip()
+    return path if (path / "state.json").is_file() else None
+
+
+def load_checkpoint(path: Path) -> Checkpoint:
+    state = json.loads((path / "state.json").read_text())
+    weights = {d.name: load_file(str(d / "adapter_model.safetensors"))
+               for d in sorted((path / "adapters").iterdir())}
+    optimizer_states = {}
+    for meta_file in sorted((path / "optimizer").glob("*.json")):
+        meta = json.loads(meta_file.read_text())
+        tensors = load_file(str(meta_file.with_suffix(".safetensors")))
+        optimizer_states[meta.pop("model")] = _unflatten_optimizer(tensors, meta)
+    snapshots: dict[str, Weights] = {}
+    for sid in state.get("league", {}).get("snapshots", []):
+        flat = load_file(str(path / "league" / f"{sid.replace(':', '_')}.safetensors"))
+        w: Weights = {}
+        for k, v in flat.items():
+            role, name = k.split("::", 1)
+            w.setdefault(role, {})[name] = v
+        snapshots[sid] = w
+    return Checkpoint(state["step"], path, weights, optimizer_states, snapshots, state)

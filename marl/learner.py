@@ -1,0 +1,159 @@
+"""The learner: GRPO updates of the LoRA adapters that live on one base model.
+
+One learner per trainable base model.  It recomputes the log-probs of the sampled decisions
+with gradients (free decoding: every completion token; choice decoding: ``log pi(a|s)`` over the
+legal actions' texts), applies :func:`marl.loss.grpo_loss`, and reports per-agent gradient
+norms (Dr. MAS's claim is about them): the gradient of each agent's share of the loss is
+accumulated separately and its norm recorded before the optimizer step.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+import torch
+
+from agents.hf import ModelHost
+from marl.loss import grpo_loss
+
+
+@dataclass
+class TrainItem:
+    """One decision to learn from."""
+
+    adapter: str
+    agent: Hashable
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    old_logprobs: list[float]
+    advantage: float
+    candidate_ids: list[list[int]] | None = None  # choice decoding
+    choice: int = 0
+    temperature: float = 1.0
+
+
+@dataclass
+class UpdateStats:
+    loss: float
+    grad_norm: float
+    agent_grad_norms: dict[str, float]
+    clip_frac: float
+    kl: float
+    entropy: float
+    tokens: int
+    skipped: bool = False
+
+
+class Learner:
+    """Owns the optimizer of the given adapters on ``host``."""
+
+    def __init__(self, host: ModelHost, adapters: list[str], lr: float, clip_low: float = 0.2,
+                 clip_high: float = 0.28, kl: float = 0.0, entropy: float = 0.0,
+                 max_grad_norm: float = 1.0, micro_batch: int = 16) -> None:
+        self.host, self.adapters = host, list(adapters)
+        self.clip_low, self.clip_high, self.kl, self.entropy = clip_low, clip_high, kl, entropy
+        self.max_grad_norm, self.micro_batch = max_grad_norm, micro_batch
+        self.params = [p for n, p in host.model.named_parameters()
+                       if "lora_" in n and any(f".{a}." in n for a in self.adapters)]
+        if not self.params:
+            raise ValueError(f"no LoRA parameters found for adapters {self.adapters}")
+        for p in self.params:
+            p.requires_grad_(True)
+        self.optimizer = torch.optim.AdamW(self.params, lr=lr, weight_decay=0.0)
+
+    # ----- the loss of one micro-batch
+    def _micro_loss(self, items: list[TrainItem], n_total: int):
+        """Loss of ``items`` scaled by their share of the batch's tokens."""
+        logp_fn = self._choice_logp if items[0].candidate_ids is not None else self._free_logp
+        adv = torch.tensor([it.advantage for it in items])
+        logp, old, mask, ent = logp_fn(items)
+        ref = None
+        if self.kl > 0:  # the frozen reference is the base with adapters disabled
+            with torch.no_grad(), self.host.use(None):
+                ref = logp_fn(items)[0]
+        parts = grpo_loss(logp, old, adv, mask, self.clip_low, self.clip_high, ref, self.kl,
+                          ent, self.entropy)
+        share = float(mask.sum()) / n_total
+        return parts, share
+
+    def _choice_logp(self, items: list[TrainItem]):
+        prompts = [it.prompt_ids for it in items for _ in it.candidate_ids]
+        cands = [c for it in items for c in it.candidate_ids]
+        per = self.host.sequence_logprobs(prompts, cands)
+        scores = torch.stack([x.sum() for x in per])
+        logp, ent, k = [], [], 0
+        for it in items:
+            n = len(it.candidate_ids)
+            lp = torch.log_softmax(scores[k:k + n] / it.temperature, 0)
+            k += n
+            logp.append(lp[it.choice])
+            ent.append(-(lp.exp() * lp).sum())
+        logp_t = torch.stack(logp)[:, None]
+        old = torch.tensor([it.old_logprobs[0] for it in items])[:, None]
+        return logp_t, old, torch.ones_like(old), torch.stack(ent)
+
+    def _free_logp(self, items: list[TrainItem]):
+        want_ent = self.entropy > 0
+        per, ents = self.host.sequence_stats([it.prompt_ids for it in items],
+                                             [it.completion_ids for it in items],
+                                             items[0].temperature, entropy=want_ent)
+        width = max(len(x) for x in per)
+        logp = torch.zeros(len(items), width)
+        old = torch.zeros(len(items), width)
+        mask = torch.zeros(len(items), width)
+        for i, (x, it) in enumerate(zip(per, items, strict=True)):
+            logp[i, : len(x)] = x
+            old[i, : len(x)] = torch.tensor(it.old_logprobs)
+            mask[i, : len(x)] = 1
+        ent = torch.stack([e.mean() for e in ents]) if want_ent else None
+        return logp, old, mask, ent
+
+    # ----- one optimizer step
+    def update(self, items: list[TrainItem]) -> UpdateStats:
+        """Accumulate the loss of every item, per agent, then take one clipped step."""
+        items = [it for it in items if it.completion_ids or it.candidate_ids]
+        n_total = sum(1 if it.candidate_ids is not None else len(it.completion_ids)
+                      for it in items)
+        for p in self.params:
+            p.grad = torch.zeros_like(p)
+        by_agent: dict[tuple, list[TrainItem]] = defaultdict(list)
+        for it in items:
+            by_agent[(it.adapter, it.candidate_ids is not None, str(it.agent))].append(it)
+        totals = defaultdict(float)
+        agent_norms: dict[str, float] = {}
+        self.host.model.train()
+        try:
+            for (adapter, _, agent), group in sorted(by_agent.items(), key=lambda kv: kv[0]):
+                before = [p.grad.clone() for p in self.params]
+                with self.host.use(adapter):
+                    for i in range(0, len(group), self.micro_batch):
+                        parts, share = self._micro_loss(group[i:i + self.micro_batch], n_total)
+                        if not torch.isfinite(parts.loss):
+                            self.optimizer.zero_grad(set_to_none=False)
+                            return UpdateStats(float("nan"), float("nan"), {}, 0, 0, 0,
+                                               n_total, skipped=True)
+                        (parts.loss * share).backward()
+                        totals["loss"] += float(parts.loss.detach()) * share
+                        totals["clip"] += parts.clip_frac * share
+                        totals["kl"] += parts.kl * share
+                        totals["ent"] += parts.entropy * share
+                sq = sum(float(((p.grad - b) ** 2).sum()) for p, b in zip(self.params, before,
+                                                                            strict=True))
+                key = f"{adapter}/{agent}"
+                agent_norms[key] = math.sqrt(agent_norms.get(key, 0.0) ** 2 + sq)
+        finally:
+            self.host.model.eval()
+        norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm))
+        if not math.isfinite(norm):
+            self.optimizer.zero_grad(set_to_none=False)
+            return UpdateStats(totals["loss"], norm, agent_norms, 0, 0, 0, n_total, skipped=True)
+        self.optimizer.step()
+        return UpdateStats(totals["loss"], norm, agent_norms, totals["clip"], totals["kl"],
+                           totals["ent"], n_total)
+
+    # ----- state for workers and checkpoints
+    def weights(self) -> dict[str, dict[str, torch.Tensor]]:
+        return {a: self.host.adapter_weights(a) for a in self.adapters}

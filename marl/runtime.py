@@ -1,0 +1,191 @@
+"""Where rollouts and updates run: in this process, or on Ray actors.
+
+Both runtimes offer the same five calls to the trainer: ``play`` (episode specs -> episodes),
+``update`` (train items per model -> stats), ``publish`` (new adapter weights and the league
+pool -> every worker), ``weights`` and ``optimizer_states``/``load``.
+
+- :class:`LocalRuntime` builds the team once; the worker and the learners share its model, so
+  nothing is copied.
+- :class:`RayRuntime` runs ``rollout_workers`` worker actors and one learner actor per trainable
+  base model, with the CPUs/GPUs the config asks for.  Weights travel through the object store
+  (``ray.put`` once, every worker reads the same object).  A worker that dies mid-rollout is
+  replaced by a new actor, given the current weights, and its share of the episodes is replayed;
+  because seeds come from the specs, the step's result is the same.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+
+import torch
+
+from agents.builder import Roster, build_roster, host_key
+from agents.rollout import Episode
+from configs import TeamConfig
+from marl.league import Weights
+from marl.learner import Learner, TrainItem, UpdateStats
+from marl.workers import EpisodeSpec, RolloutWorker
+
+
+def trainable_hosts(cfg: TeamConfig) -> dict[str, list[str]]:
+    """Base-model key -> the trainable roles (adapters) on it: one learner per key."""
+    out: dict[str, list[str]] = defaultdict(list)
+    for r in cfg.roles:
+        if r.adapter is not None and r.backend == "hf":
+            out[host_key(cfg, r)].append(r.name)
+    return dict(out)
+
+
+class LearnerProcess:
+    """A learner plus the team built around it: what one learner actor holds."""
+
+    def __init__(self, cfg: dict, key: str, roster: Roster | None = None) -> None:
+        team = TeamConfig.model_validate(cfg)
+        tc = team.train
+        assert tc is not None
+        roster = roster or build_roster(team)
+        self.learner = Learner(roster.hosts[key], trainable_hosts(team)[key], lr=tc.lr,
+                               clip_low=tc.clip_low, clip_high=tc.clip_high, kl=tc.kl,
+                               entropy=tc.entropy, max_grad_norm=tc.max_grad_norm,
+                               micro_batch=tc.learner.micro_batch)
+
+    def update(self, items: list[TrainItem], seed: int) -> UpdateStats:
+        torch.manual_seed(seed)
+        return self.learner.update(items)
+
+    def weights(self) -> Weights:
+        return self.learner.weights()
+
+    def optimizer_state(self) -> dict:
+        return self.learner.optimizer.state_dict()
+
+    def load(self, weights: Weights, optimizer_state: dict | None) -> None:
+        for adapter in self.learner.adapters:
+            self.learner.host.set_adapter_weights(adapter, weights[adapter])
+        if optimizer_state is not None:
+            self.learner.optimizer.load_state_dict(optimizer_state)
+
+
+class LocalRuntime:
+    def __init__(self, cfg: TeamConfig) -> None:
+        data = cfg.model_dump(by_alias=True)
+        self.roster = build_roster(cfg)
+        self.worker = RolloutWorker(data, self.roster)
+        self.learners = {k: LearnerProcess(data, k, self.roster) for k in trainable_hosts(cfg)}
+
+    def play(self, specs: list[EpisodeSpec], step: int, seed: int) -> list[Episode]:
+        return self.worker.play(specs, step, seed)
+
+    def update(self, items: dict[str, list[TrainItem]], seed: int) -> dict[str, UpdateStats]:
+        return {k: self.learners[k].update(v, seed) for k, v in items.items()}
+
+    def publish(self, weights: Weights, snapshots: dict[str, Weights]) -> None:
+        self.worker.sync_snapshots(snapshots)  # the weights are shared already
+
+    def weights(self) -> Weights:
+        return {a: w for lp in self.learners.values() for a, w in lp.weights().items()}
+
+    def optimizer_states(self) -> dict[str, dict]:
+        return {k: lp.optimizer_state() for k, lp in self.learners.items()}
+
+    def load(self, weights: Weights, optimizer_states: dict[str, dict]) -> None:
+        for k, lp in self.learners.items():
+            lp.load(weights, optimizer_states.get(k))
+
+    def shutdown(self) -> None:
+        pass
+
+
+def _use_all_cores() -> None:
+    """Rollouts and updates alternate, so each actor may use every core while it runs."""
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+
+
+class _WorkerActor(RolloutWorker):
+    def __init__(self, cfg: dict) -> None:
+        _use_all_cores()
+        super().__init__(cfg)
+
+    def ping(self) -> int:
+        return os.getpid()
+
+
+class _LearnerActor(LearnerProcess):
+    def __init__(self, cfg: dict, key: str) -> None:
+        _use_all_cores()
+        super().__init__(cfg, key)
+
+
+class RayRuntime:
+    def __init__(self, cfg: TeamConfig, address: str | None = None) -> None:
+        import ray
+
+        self.ray = ray
+        rc = cfg.train.ray
+        if not ray.is_initialized():
+            ray.init(address=address or rc.address, include_dashboard=False,
+                     log_to_driver=False, ignore_reinit_error=True)
+        self.data = cfg.model_dump(by_alias=True)
+        self._worker_cls = ray.remote(num_cpus=rc.cpus_per_worker,
+                                      num_gpus=rc.gpus_per_worker)(_WorkerActor)
+        learner_cls = ray.remote(num_cpus=rc.cpus_per_learner,
+                                 num_gpus=rc.gpus_per_learner)(_LearnerActor)
+        self.learners = {k: learner_cls.remote(self.data, k) for k in trainable_hosts(cfg)}
+        self.workers = [self._worker_cls.remote(self.data) for _ in range(rc.rollout_workers)]
+        self._weights_ref = None
+        self._snapshots_ref = ray.put({})
+        self.replaced = 0
+
+    def _fresh_worker(self):
+        w = self._worker_cls.remote(self.data)
+        if self._weights_ref is not None:
+            self.ray.get(w.set_weights.remote(self._weights_ref))
+        self.ray.get(w.sync_snapshots.remote(self._snapshots_ref))
+        return w
+
+    def play(self, specs: list[EpisodeSpec], step: int, seed: int) -> list[Episode]:
+        n = len(self.workers)
+        chunks = [specs[i * len(specs) // n:(i + 1) * len(specs) // n] for i in range(n)]
+        pending = {i: self.workers[i].play.remote(c, step, seed) for i, c in enumerate(chunks)}
+        out: list[Episode] = []
+        for i in range(n):
+            while True:
+                try:
+                    out += self.ray.get(pending[i])
+                    break
+                except (self.ray.exceptions.RayActorError,
+                        self.ray.exceptions.WorkerCrashedError):
+                    self.replaced += 1
+                    self.workers[i] = self._fresh_worker()
+                    pending[i] = self.workers[i].play.remote(chunks[i], step, seed)
+        return out
+
+    def update(self, items: dict[str, list[TrainItem]], seed: int) -> dict[str, UpdateStats]:
+        refs = {k: self.learners[k].update.remote(v, seed) for k, v in items.items()}
+        return {k: self.ray.get(r) for k, r in refs.items()}
+
+    def publish(self, weights: Weights, snapshots: dict[str, Weights]) -> None:
+        self._weights_ref = self.ray.put(weights)
+        self._snapshots_ref = self.ray.put(snapshots)
+        self.ray.get([w.set_weights.remote(self._weights_ref) for w in self.workers]
+                     + [w.sync_snapshots.remote(self._snapshots_ref) for w in self.workers])
+
+    def weights(self) -> Weights:
+        out: Weights = {}
+        for w in self.ray.get([lp.weights.remote() for lp in self.learners.values()]):
+            out.update(w)
+        return out
+
+    def optimizer_states(self) -> dict[str, dict]:
+        keys = list(self.learners)
+        states = self.ray.get([self.learners[k].optimizer_state.remote() for k in keys])
+        return dict(zip(keys, states, strict=True))
+
+    def load(self, weights: Weights, optimizer_states: dict[str, dict]) -> None:
+        self.ray.get([lp.load.remote(weights, optimizer_states.get(k))
+                      for k, lp in self.learners.items()])
+
+    def shutdown(self) -> None:
+        for a in [*self.workers, *self.learners.values()]:
+            self.ray.kill(a)

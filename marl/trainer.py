@@ -1,0 +1,270 @@
+"""The multi-agent GRPO training loop.
+
+One step:
+  1. plan ``groups_per_step`` groups of ``group_size`` games; the games of a group share their
+     seed (same deal) and their seating, so their outcomes differ only by the agents' choices;
+  2. play them (runtime workers, batched rollouts);
+  3. turn every decision of a trainable agent into a sample (reward, group, agent) and apply the
+     configured advantage estimator;
+  4. one GRPO update per trainable base model, then publish the new weights;
+  5. log metrics, snapshot into the league, checkpoint.
+
+Seeds of step ``s`` derive from (run seed, s) only, so a run resumed from a checkpoint replays
+exactly the steps it lost.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+import games
+from agents.rollout import Episode, Turn
+from configs import TeamConfig
+from games.bots import bot_names
+from marl.advantages import Advantages, RoleBaseline, Samples, make_estimator
+from marl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from marl.league import League
+from marl.learner import TrainItem
+from marl.runtime import LocalRuntime, RayRuntime, trainable_hosts
+from marl.workers import EpisodeSpec, derive_seed
+
+
+class TrainingError(RuntimeError):
+    """A run that cannot go on (bad config for the game, repeated non-finite losses)."""
+
+
+@dataclass
+class StepResult:
+    step: int
+    metrics: dict
+    episodes: list[Episode] = field(default_factory=list)
+
+
+def check_compatible(cfg: TeamConfig) -> None:
+    """Fail before any compute when the team cannot play its game or has nothing to train."""
+    tc = cfg.train
+    if tc is None:
+        raise TrainingError("the config has no `train` section")
+    if cfg.game.name not in games.names():
+        raise TrainingError(f"unknown game {cfg.game.name!r}; known: {', '.join(games.names())}")
+    seats = games.make(cfg.game.name, **cfg.game.kwargs).possible_agents
+    n_agents = sum(r.count for r in cfg.roles)
+    if tc.league.opponents == "self" and n_agents != len(seats):
+        raise TrainingError(f"game {cfg.game.name!r} has {len(seats)} seats "
+                            f"({', '.join(seats)}) but the team has {n_agents} agents")
+    if tc.league.opponents == "league" and len(seats) != 2:
+        raise TrainingError("league opponents need a two-seat game")
+    if not trainable_hosts(cfg):
+        raise TrainingError("no trainable role: give a role with backend hf an `adapter`")
+    for a in tc.league.anchors:
+        if a not in bot_names(cfg.game.name) and not Path(a).is_dir():
+            raise TrainingError(f"league anchor {a!r} is neither a bot of {cfg.game.name} "
+                                f"({', '.join(bot_names(cfg.game.name))}) nor a folder")
+
+
+class Trainer:
+    def __init__(self, cfg: TeamConfig, run: Path, resume: bool = False,
+                 runtime: LocalRuntime | RayRuntime | None = None) -> None:
+        check_compatible(cfg)
+        self.cfg, self.tc = cfg, cfg.train
+        assert self.tc is not None
+        self.run_dir = run
+        run.mkdir(parents=True, exist_ok=True)
+        self.seats = list(games.make(cfg.game.name, **cfg.game.kwargs).possible_agents)
+        self.estimator = make_estimator(self.tc.advantage, decay=self.tc.rae_decay,
+                                        gamma=self.tc.gamma)
+        self.league = League(self.tc.league, bot_names(cfg.game.name))
+        self.trainable_roles = {r for roles in trainable_hosts(cfg).values() for r in roles}
+        self.step = 0
+        self.bad_steps = 0
+        self.runtime = runtime or (RayRuntime(cfg) if self.tc.ray.enabled else LocalRuntime(cfg))
+        self.metrics_path = run / "metrics.jsonl"
+        ckpt = latest_checkpoint(run) if resume else None
+        if ckpt is not None:
+            self._restore(ckpt)
+        elif not resume and self.metrics_path.exists():
+            self.metrics_path.unlink()
+
+    # ----- planning
+    def plan(self, step: int) -> list[EpisodeSpec]:
+        tc = self.tc
+        rng = random.Random(derive_seed(tc.seed, step, "plan"))
+        specs = []
+        for g in range(tc.groups_per_step):
+            opponent = self.league.sample(rng)
+            seed = derive_seed(tc.seed, step, g)
+            if opponent == "latest":
+                seating = tuple((s, f"team:{i}") for i, s in enumerate(self.seats))
+            else:  # the trained agent takes seat g % 2, the opponent the other
+                mine = g % len(self.seats)
+                seating = tuple((s, "team:0" if i == mine else opponent)
+                                for i, s in enumerate(self.seats))
+            for _ in range(tc.group_size):
+                specs.append(EpisodeSpec(len(specs), seed, g, seating, opponent))
+        return specs
+
+    # ----- samples and advantages
+    def _reward(self, ep: Episode, turn: Turn) -> float:
+        if self.tc.reward == "team":
+            return float(np.mean(list(ep.returns.values())))
+        return ep.returns[turn.agent]
+
+    def samples(self, episodes: list[Episode], specs: list[EpisodeSpec]
+                ) -> tuple[list[tuple[Episode, Turn]], Samples]:
+        rows = [(ep, t) for ep in episodes for t in ep.turns
+                if t.role in self.trainable_roles and (t.completion_ids or t.candidate_ids)]
+        group_of = {s.index: s.group for s in specs}
+        tc = self.tc
+        groups = [hash(tuple(t.prompt_ids)) if tc.group_by == "state" else group_of[ep.index]
+                  for ep, t in rows]
+        return rows, Samples(
+            rewards=[self._reward(ep, t) for ep, t in rows], groups=groups,
+            agents=[t.agent if tc.agent_key == "seat" else t.role for _, t in rows],
+            games=[ep.game for ep, _ in rows], roles=[t.role for _, t in rows],
+            episodes=[ep.index for ep, _ in rows], turn_rewards=[t.reward for _, t in rows])
+
+    def items(self, rows: list[tuple[Episode, Turn]], adv: Advantages
+              ) -> dict[str, list[TrainItem]]:
+        host_of = {role: k for k, roles in trainable_hosts(self.cfg).items() for role in roles}
+        out: dict[str, list[TrainItem]] = defaultdict(list)
+        for (_, t), a in zip(rows, adv.values, strict=True):
+            if a == 0:
+                continue  # no signal: skip the compute
+            role = self.cfg.role(t.role)
+            out[host_of[t.role]].append(TrainItem(
+                adapter=t.role, agent=f"{t.role}/{t.agent}", prompt_ids=t.prompt_ids,
+                completion_ids=t.completion_ids, old_logprobs=t.logprobs, advantage=float(a),
+                candidate_ids=t.candidate_ids,
+                choice=t.candidate_ids.index(t.completion_ids) if t.candidate_ids else 0,
+                temperature=role.decoding.temperature or 1.0))
+        return dict(out)
+
+    # ----- one step
+    def train_step(self) -> StepResult:
+        step = self.step + 1
+        t0 = time.perf_counter()
+        specs = self.plan(step)
+        episodes = self.runtime.play(specs, step, self.tc.seed)
+        t1 = time.perf_counter()
+        rows, samples = self.samples(episodes, specs)
+        adv = self.estimator(samples)
+        items = self.items(rows, adv)
+        t2 = time.perf_counter()
+        stats = self.runtime.update(items, derive_seed(self.tc.seed, step, "update"))
+        skipped = any(s.skipped for s in stats.values())
+        t3 = time.perf_counter()
+        weights = self.runtime.weights()
+        snap = self.league.maybe_snapshot(step, weights)
+        self.runtime.publish(weights, dict(self.league.snapshots))
+        t4 = time.perf_counter()
+        self._record_league(episodes, specs)
+        metrics = self._metrics(step, episodes, samples, adv, stats, skipped,
+                                {"rollout": t1 - t0, "advantage": t2 - t1, "update": t3 - t2,
+                                 "sync": t4 - t3})
+        metrics["snapshot"] = snap
+        self.bad_steps = self.bad_steps + 1 if skipped else 0
+        self.step = step
+        return StepResult(step, metrics, episodes)
+
+    def _record_league(self, episodes: list[Episode], specs: list[EpisodeSpec]) -> None:
+        by_index = {s.index: s for s in specs}
+        for ep in episodes:
+            spec = by_index[ep.index]
+            if spec.opponent == "latest":
+                continue
+            mine = next(s for s, p in spec.seating if p == "team:0")
+            theirs = next(s for s, p in spec.seating if p != "team:0")
+            self.league.record(spec.opponent, ep.returns[mine] < ep.returns[theirs])
+
+    def _metrics(self, step: int, episodes: list[Episode], samples: Samples, adv: Advantages,
+                 stats: dict, skipped: bool, seconds: dict) -> dict:
+        m: dict = {"step": step, "episodes": len(episodes), "skipped": skipped,
+                   "seconds": {k: round(v, 3) for k, v in seconds.items()},
+                   "degenerate_groups": adv.degenerate, "groups": adv.cells}
+        per_agent: dict[str, dict] = defaultdict(lambda: defaultdict(list))
+        for ep in episodes:
+            best = max(ep.returns.values())
+            for seat, name in ep.seats.items():
+                d = per_agent[f"{name}@{seat}"]
+                d["reward"].append(ep.returns[seat])
+                d["win"].append(float(ep.returns[seat] == best and
+                                      sum(r == best for r in ep.returns.values()) == 1))
+        m["agents"] = {k: {"reward": float(np.mean(v["reward"])), "win_rate":
+                           float(np.mean(v["win"])), "games": len(v["reward"])}
+                       for k, v in sorted(per_agent.items())}
+        cells = defaultdict(list)
+        for a, v in zip(samples.agents, adv.values, strict=True):
+            cells[str(a)].append(v)
+        m["advantage"] = {k: {"mean": float(np.mean(v)), "std": float(np.std(v))}
+                          for k, v in sorted(cells.items())}
+        turns = [t for ep in episodes for t in ep.turns if t.role in self.trainable_roles]
+        gen_tokens = sum(len(t.completion_ids) for t in turns if t.candidate_ids is None)
+        m["parse_error_rate"] = float(np.mean([not t.parsed for t in turns])) if turns else 0.0
+        m["tokens_per_s"] = gen_tokens / max(seconds["rollout"], 1e-9)
+        m["decisions"] = len(turns)
+        m["learner"] = {k: {"loss": s.loss, "grad_norm": s.grad_norm, "kl": s.kl,
+                            "entropy": s.entropy, "clip_frac": s.clip_frac,
+                            "agent_grad_norms": s.agent_grad_norms, "skipped": s.skipped}
+                        for k, s in stats.items()}
+        return m
+
+    # ----- persistence
+    def _state(self) -> dict:
+        est = self.estimator
+        return {"league": self.league.state(), "bad_steps": self.bad_steps,
+                "rae": est.baseline if isinstance(est, RoleBaseline) else None}
+
+    def checkpoint(self) -> Path:
+        return save_checkpoint(self.run_dir, self.step, self.cfg, self.runtime.weights(),
+                               self.runtime.optimizer_states(), dict(self.league.snapshots),
+                               self._state())
+
+    def _restore(self, path: Path) -> None:
+        ck = load_checkpoint(path)
+        self.step = ck.step
+        self.bad_steps = ck.state.get("bad_steps", 0)
+        self.league.load_state(ck.state["league"], ck.snapshots)
+        if isinstance(self.estimator, RoleBaseline) and ck.state.get("rae"):
+            self.estimator.baseline = dict(ck.state["rae"])
+        self.runtime.load(ck.weights, ck.optimizer_states)
+        self.runtime.publish(ck.weights, dict(self.league.snapshots))
+        if self.metrics_path.exists():  # drop the lines of steps lost after the checkpoint
+            keep = [ln for ln in self.metrics_path.read_text().splitlines()
+                    if ln.strip() and json.loads(ln)["step"] <= ck.step]
+            self.metrics_path.write_text("".join(ln + "\n" for ln in keep))
+
+    # ----- the loop
+    def fit(self, on_step: Callable[[StepResult], None] | None = None) -> list[dict]:
+        tc = self.tc
+        history = []
+        with self.metrics_path.open("a") as log:
+            while self.step < tc.steps:
+                res = self.train_step()
+                if self.bad_steps >= tc.max_bad_steps:
+                    raise TrainingError(
+                        f"{self.bad_steps} steps in a row had a non-finite loss or gradient "
+                        f"(last at step {res.step}); lower train.lr or check the rewards")
+                if self.step % tc.checkpoint_every == 0 or self.step == tc.steps:
+                    t = time.perf_counter()
+                    self.checkpoint()
+                    res.metrics["seconds"]["checkpoint"] = round(time.perf_counter() - t, 3)
+                log.write(json.dumps(res.metrics, default=_jsonable) + "\n")
+                log.flush()
+                history.append(res.metrics)
+                if on_step:
+                    on_step(res)
+        return history
+
+
+def _jsonable(x):
+    if isinstance(x, np.generic):
+        return x.item()
+    raise TypeError(f"not JSON-able: {type(x)}")

@@ -1,0 +1,110 @@
+"""Rollout workers: build the team from its config and play the episodes they are given.
+
+A worker is a plain class; the Ray runtime wraps it as an actor, the local runtime calls it in
+process.  Everything it receives is data (the config as a dict, episode specs, adapter
+weights), so a replacement worker rebuilt from the same inputs plays the same games.
+Randomness is re-seeded from (run seed, step, episode) at every call, so results do not depend
+on which worker played what or on a resume in between.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import games
+from agents import Agent
+from agents.builder import Roster, build_roster, checkpoint_agent, hf_role_policy, host_key
+from agents.rollout import Episode, RolloutEngine
+from agents.scripted import ScriptedPolicy
+from configs import TeamConfig
+from marl.league import Weights
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    """One game to play: its seed, its GRPO group, and who sits where.
+
+    ``seating`` maps each seat to ``team:<i>`` (the i-th agent of the team), ``bot:<name>``,
+    ``ckpt:<folder>`` or ``snap:<id>`` (a league snapshot of the trained role).
+    """
+
+    index: int
+    seed: int
+    group: int
+    seating: tuple[tuple[str, str], ...]
+    opponent: str = "latest"
+
+
+def derive_seed(*parts: object) -> int:
+    """A stable 31-bit seed from any parts (Python's hash() is salted per process)."""
+    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") % (2**31 - 1)
+
+
+class RolloutWorker:
+    def __init__(self, cfg: dict, roster: Roster | None = None) -> None:
+        self.cfg = TeamConfig.model_validate(cfg)
+        self.roster = roster or build_roster(self.cfg)
+        self.trainee = next(r for r in self.cfg.roles if r.adapter is not None)
+        self.host = self.roster.hosts[host_key(self.cfg, self.trainee)]
+        self.extra: dict[str, Agent] = {}
+
+    # ----- weights
+    def set_weights(self, weights: Weights) -> None:
+        for adapter, sd in weights.items():
+            self.host.set_adapter_weights(adapter, sd)
+
+    def sync_snapshots(self, snapshots: dict[str, Weights]) -> None:
+        """Load new league snapshots as extra adapters; drop evicted ones."""
+        for sid in [s for s in self.extra if s.startswith("snap:") and s not in snapshots]:
+            self.host.delete_adapter(f"{sid}@{self.trainee.name}")
+            del self.extra[sid]
+        for sid, weights in snapshots.items():
+            if sid in self.extra:
+                continue
+            adapter = f"{sid}@{self.trainee.name}"
+            a = self.trainee.adapter
+            self.host.add_adapter(adapter, r=a.r, alpha=a.alpha, dropout=a.dropout,
+                                  targets=a.targets)
+            self.host.set_adapter_weights(adapter, weights[self.trainee.name])
+            self.extra[sid] = Agent(sid, self.trainee.name,
+                                    hf_role_policy(self.host, adapter, self.trainee, 0),
+                                    self.roster.agents[0].system_prompt,
+                                    self.trainee.decoding.mode)
+
+    # ----- playing
+    def _participant(self, pid: str) -> Agent:
+        kind, _, arg = pid.partition(":")
+        if kind == "team":
+            return self.roster.agents[int(arg)]
+        if pid not in self.extra:
+            if kind == "bot":
+                pol = ScriptedPolicy(self.cfg.game.name, arg)
+                self.extra[pid] = Agent(pid, "bot", pol, mode="choice")
+            elif kind == "ckpt":
+                self.extra[pid] = checkpoint_agent(self.roster, self.cfg, arg, pid)
+            else:
+                raise KeyError(f"unknown participant {pid!r} (snapshots must be synced first)")
+        return self.extra[pid]
+
+    def _reseed(self, seed: int) -> None:
+        for k, agent in enumerate([*self.roster.agents, *self.extra.values()]):
+            reseed = getattr(agent.policy, "reseed", None)
+            if reseed is not None:
+                reseed(derive_seed(seed, k))
+
+    def play(self, specs: list[EpisodeSpec], step: int, run_seed: int) -> list[Episode]:
+        """Play ``specs``; each batch of specs is re-seeded from its first episode index."""
+        if not specs:
+            return []
+        self._reseed(derive_seed(run_seed, step, specs[0].index))
+        seatings = [{s: self._participant(p) for s, p in spec.seating} for spec in specs]
+        game = self.cfg.game
+        engine = RolloutEngine(lambda: games.make(game.name, **game.kwargs),
+                               lambda i: seatings[i],
+                               concurrency=self.cfg.train.concurrency if self.cfg.train else 64)
+        episodes = engine.play(len(specs), seeds=[s.seed for s in specs])
+        for ep, spec in zip(episodes, specs, strict=True):
+            ep.index = spec.index
+        return episodes
