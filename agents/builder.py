@@ -65,7 +65,8 @@ def _hf(role: RoleConfig, ctx: BuildContext) -> Policy:
     if role.adapter is not None:
         adapter = role.name
         a = role.adapter
-        host.add_adapter(adapter, r=a.r, alpha=a.alpha, dropout=a.dropout, targets=a.targets)
+        host.add_adapter(adapter, r=a.r, alpha=a.alpha, dropout=a.dropout, targets=a.targets,
+                         seed=ctx.seed)
     return hf_role_policy(host, adapter, role, ctx.seed)
 
 

@@ -37,14 +37,19 @@ class ModelHost:
         return next(self.model.parameters()).device
 
     def add_adapter(self, name: str, r: int = 8, alpha: int = 16, dropout: float = 0.0,
-                    targets: Sequence[str] = ("q_proj", "v_proj")) -> None:
-        """Attach a fresh LoRA adapter (B = 0, so it starts equal to the base model)."""
+                    targets: Sequence[str] = ("q_proj", "v_proj"), seed: int = 0) -> None:
+        """Attach a fresh LoRA adapter (B = 0, so it starts equal to the base model).
+
+        A is drawn under ``seed`` (not the global RNG), so a run is reproducible.
+        """
         cfg = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout,
                          target_modules=list(targets), task_type="CAUSAL_LM")
-        if isinstance(self.model, PeftModel):
-            self.model.add_adapter(name, cfg)
-        else:
-            self.model = get_peft_model(self.model, cfg, adapter_name=name)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            if isinstance(self.model, PeftModel):
+                self.model.add_adapter(name, cfg)
+            else:
+                self.model = get_peft_model(self.model, cfg, adapter_name=name)
         self.adapters.append(name)
 
     def save_adapter(self, name: str, path: str | Path) -> None:

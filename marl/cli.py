@@ -233,5 +233,65 @@ def play_cmd(
     console.print(f"transcripts: {out}")
 
 
+# --- train / plot ---
+
+@app.command("train")
+def train_cmd(
+    config: Annotated[str, typer.Argument(help="Team YAML file with a `train` section.")],
+    out: Annotated[str, typer.Option("--out", help="Run folder.")] = "runs/latest",
+    resume: Annotated[bool, typer.Option("--resume", help="Continue from the last "
+                                                           "checkpoint in --out.")] = False,
+    address: Annotated[str | None, typer.Option(help="Ray cluster address (default: the "
+                                                     "config's, else a local Ray).")] = None,
+    steps: Annotated[int | None, typer.Option(help="Override train.steps.")] = None,
+) -> None:
+    """Train the team's adapters with multi-agent GRPO; metrics in OUT/metrics.jsonl."""
+    _quiet_transformers()
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from agents.models import ModelError
+    from marl.progress import TrainProgress
+    from marl.trainer import Trainer, TrainingError
+
+    cfg = load_team(config)
+    if cfg.train is None:
+        fail(f"{config}: no `train` section (see docs/schema.json)")
+    if steps is not None or address is not None:
+        tc = cfg.train.model_copy(update={"steps": steps or cfg.train.steps})
+        if address is not None:
+            tc = tc.model_copy(update={"ray": tc.ray.model_copy(update={"address": address,
+                                                                       "enabled": True})})
+        cfg = cfg.model_copy(update={"train": tc})
+    console = Console()
+    try:
+        with console.status("Starting the trainer (models, workers)..."):
+            trainer = Trainer(cfg, Path(out), resume=resume)
+        with TrainProgress(console, cfg.train.steps, start=trainer.step) as progress:
+            trainer.fit(on_step=progress.update)
+    except (TrainingError, ModelError, FileNotFoundError) as exc:
+        fail(str(exc))
+    console.print(f"done: {trainer.step} steps; metrics {Path(out) / 'metrics.jsonl'}, "
+                  f"checkpoints {Path(out) / 'checkpoints'}")
+
+
+@app.command("plot")
+def plot_cmd(
+    run: Annotated[str, typer.Argument(help="Run folder (with metrics.jsonl).")],
+    out: Annotated[str | None, typer.Option(help="PNG path (default RUN/curves.png).")] = None,
+) -> None:
+    """Write PNG learning curves of a run."""
+    from pathlib import Path
+
+    from marl.plots import plot_run
+
+    metrics = Path(run) / "metrics.jsonl"
+    if not metrics.is_file():
+        fail(f"{metrics} not found")
+    path = plot_run(Path(run), Path(out) if out else None)
+    typer.echo(f"wrote {path}")
+
+
 if __name__ == "__main__":
     app()
