@@ -85,6 +85,47 @@ def random_play_all_games(args: argparse.Namespace) -> list[Row]:
     return [(f"`{name}` random play", f"{rate:,.0f} steps/s") for name, rate in rates.items()]
 
 
+def exact_exploitability_rows(game: str, goal_s: float, cfr_iterations: int,
+                              args: argparse.Namespace) -> list[Row]:
+    """Exact exploitability of a table policy: first call in the process (builds and caches
+    the game tree) and warm calls (median of ``repeats``), each as a ratio to the goal; then
+    a CFR+ solve from scratch and the exploitability it reaches."""
+    from games import analysis, cfr
+
+    analysis.game_tree.cache_clear()
+    start = perf_counter()
+    table = analysis.to_table(game, analysis.uniform_policy)
+    analysis.exploitability(game, table)
+    cold = perf_counter() - start
+    warm = []
+    for _ in range(args.repeats):
+        start = perf_counter()
+        analysis.exploitability(game, table)
+        warm.append(perf_counter() - start)
+    warm_s = statistics.median(warm)
+    start = perf_counter()
+    nash = cfr.solve(game, cfr_iterations, use_cache=False)
+    solve_s = perf_counter() - start
+    return [
+        (f"`{game}` exact exploitability, first call (tree build included; goal < "
+         f"{goal_s * 1e3:g} ms)", f"{cold * 1e3:.1f} ms = {cold / goal_s:.3f} x goal"),
+        (f"`{game}` exact exploitability, warm (goal < {goal_s * 1e3:g} ms)",
+         f"{warm_s * 1e3:.2f} ms = {warm_s / goal_s:.4f} x goal"),
+        (f"`{game}` CFR+ solve, {cfr_iterations} iterations (no cache)",
+         f"{solve_s:.2f} s, exploitability {analysis.exploitability(game, nash):.1e}"),
+    ]
+
+
+@benchmark("kuhn_exploitability")
+def kuhn_exploitability(args: argparse.Namespace) -> list[Row]:
+    return exact_exploitability_rows("kuhn_poker", 0.050, 1000, args)
+
+
+@benchmark("leduc_exploitability")
+def leduc_exploitability(args: argparse.Namespace) -> list[Row]:
+    return exact_exploitability_rows("leduc_poker", 5.0, 1000, args)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=1.0, help="per measurement")
