@@ -102,16 +102,24 @@ def _use_all_cores() -> None:
     torch.set_num_threads(max(1, os.cpu_count() or 1))
 
 
-class _WorkerActor(RolloutWorker):
+class _Placed:
+    """Lets the driver (and tests) see where Ray put an actor."""
+
+    def placement(self) -> dict:
+        import ray
+
+        ctx = ray.get_runtime_context()
+        return {"node": ctx.get_node_id(), "gpus": ctx.get_accelerator_ids().get("GPU", []),
+                "pid": os.getpid()}
+
+
+class _WorkerActor(RolloutWorker, _Placed):
     def __init__(self, cfg: dict) -> None:
         _use_all_cores()
         super().__init__(cfg)
 
-    def ping(self) -> int:
-        return os.getpid()
 
-
-class _LearnerActor(LearnerProcess):
+class _LearnerActor(LearnerProcess, _Placed):
     def __init__(self, cfg: dict, key: str) -> None:
         _use_all_cores()
         super().__init__(cfg, key)

@@ -222,10 +222,13 @@ class Trainer:
         return {"league": self.league.state(), "bad_steps": self.bad_steps,
                 "rae": est.baseline if isinstance(est, RoleBaseline) else None}
 
-    def checkpoint(self) -> Path:
+    def checkpoint(self, metrics: dict | None = None) -> Path:
+        """Save everything needed to resume, plus this step's metrics line (so a kill between
+        the checkpoint and the log write loses no line)."""
+        state = {**self._state(), "metrics": metrics}
         return save_checkpoint(self.run_dir, self.step, self.cfg, self.runtime.weights(),
                                self.runtime.optimizer_states(), dict(self.league.snapshots),
-                               self._state())
+                               state)
 
     def _restore(self, path: Path) -> None:
         ck = load_checkpoint(path)
@@ -236,10 +239,14 @@ class Trainer:
             self.estimator.baseline = dict(ck.state["rae"])
         self.runtime.load(ck.weights, ck.optimizer_states)
         self.runtime.publish(ck.weights, dict(self.league.snapshots))
-        if self.metrics_path.exists():  # drop the lines of steps lost after the checkpoint
-            keep = [ln for ln in self.metrics_path.read_text().splitlines()
-                    if ln.strip() and json.loads(ln)["step"] <= ck.step]
-            self.metrics_path.write_text("".join(ln + "\n" for ln in keep))
+        # keep the lines up to the checkpoint (later steps are replayed), and the checkpoint's
+        # own line if the kill came before it was written
+        text = self.metrics_path.read_text() if self.metrics_path.exists() else ""
+        keep = [ln for ln in text.splitlines()
+                if ln.strip() and json.loads(ln)["step"] <= ck.step]
+        if ck.state.get("metrics") and not any(json.loads(ln)["step"] == ck.step for ln in keep):
+            keep.append(json.dumps(ck.state["metrics"], default=_jsonable))
+        self.metrics_path.write_text("".join(ln + "\n" for ln in keep))
 
     # ----- the loop
     def fit(self, on_step: Callable[[StepResult], None] | None = None) -> list[dict]:
@@ -248,16 +255,17 @@ class Trainer:
         with self.metrics_path.open("a") as log:
             while self.step < tc.steps:
                 res = self.train_step()
-                if self.bad_steps >= tc.max_bad_steps:
-                    raise TrainingError(
-                        f"{self.bad_steps} steps in a row had a non-finite loss or gradient "
-                        f"(last at step {res.step}); lower train.lr or check the rewards")
-                if self.step % tc.checkpoint_every == 0 or self.step == tc.steps:
+                stop = self.bad_steps >= tc.max_bad_steps
+                if not stop and (self.step % tc.checkpoint_every == 0 or self.step == tc.steps):
                     t = time.perf_counter()
-                    self.checkpoint()
+                    self.checkpoint(res.metrics)
                     res.metrics["seconds"]["checkpoint"] = round(time.perf_counter() - t, 3)
                 log.write(json.dumps(res.metrics, default=_jsonable) + "\n")
                 log.flush()
+                if stop:
+                    raise TrainingError(
+                        f"{self.bad_steps} steps in a row had a non-finite loss or gradient "
+                        f"(last at step {res.step}); lower train.lr or check the rewards")
                 history.append(res.metrics)
                 if on_step:
                     on_step(res)

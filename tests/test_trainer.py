@@ -1,0 +1,239 @@
+"""The trainer: estimators and loss against hand-computed numbers, learning on a trivially
+learnable game, checkpoints that survive SIGKILL, bad-input handling."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import games
+from configs import load_config_text
+from games.base import TextGame
+from marl.advantages import (
+    RoleBaseline,
+    Samples,
+    agent_wise_advantages,
+    global_advantages,
+    make_estimator,
+    turn_level_advantages,
+)
+from marl.loss import grpo_loss
+from marl.trainer import Trainer, TrainingError
+
+# --- estimators, by hand -------------------------------------------------------------------
+
+
+def test_global_pools_every_agent_of_a_group() -> None:
+    s = Samples(rewards=[1, 3, 10, 30], groups=[0, 0, 0, 0], agents=["a", "a", "b", "b"])
+    r = np.array([1, 3, 10, 30.0])
+    expect = (r - r.mean()) / (r.std() + 1e-6)
+    assert np.allclose(global_advantages(s).values, expect)
+
+
+def test_agent_wise_normalises_per_group_and_agent() -> None:
+    s = Samples(rewards=[1, 3, 10, 30, 5, 5], groups=[0, 0, 0, 0, 1, 1],
+                agents=["a", "a", "b", "b", "a", "a"])
+    adv = agent_wise_advantages(s)
+    # (1, 3): mean 2, std 1 -> -1, +1; (10, 30): mean 20, std 10 -> -1, +1; (5, 5): no signal
+    assert np.allclose(adv.values, [-1, 1, -1, 1, 0, 0], atol=1e-5)
+    assert adv.degenerate == 1 and adv.cells == 3
+
+
+def test_rae_uses_the_baseline_before_updating_it() -> None:
+    rae = RoleBaseline(decay=0.5)
+    s = Samples(rewards=[1.0, 3.0, -1.0], groups=[0, 0, 0], agents=["x", "x", "y"],
+                games=["g", "g", "g"], roles=["p0", "p0", "p1"])
+    assert np.allclose(rae(s).values, [1, 3, -1])  # baselines start at the first batch mean
+    assert rae.baseline == {"g/p0": 2.0, "g/p1": -1.0}
+    assert np.allclose(rae(s).values, [-1, 1, 0])
+    assert rae.baseline == {"g/p0": 2.0, "g/p1": -1.0}
+    s2 = Samples(rewards=[4.0], groups=[0], agents=["x"], games=["g"], roles=["p0"])
+    assert np.allclose(rae(s2).values, [2.0])
+    assert rae.baseline["g/p0"] == pytest.approx(0.5 * 2 + 0.5 * 4)
+
+
+def test_turn_level_discounts_per_player_then_normalises() -> None:
+    # episode 0: a acts twice (rewards 0 then 1), b once (reward -1); gamma 0.5
+    s = Samples(rewards=[0] * 4, groups=[0] * 4, agents=["a", "b", "a", "a"],
+                episodes=[0, 0, 0, 1], turn_rewards=[0.0, -1.0, 1.0, 2.0])
+    adv = turn_level_advantages(s, gamma=0.5)
+    g_a = np.array([0.5, 1.0, 2.0])  # a's returns: 0 + 0.5*1, 1, and episode 1's 2
+    assert np.allclose(adv.values[[0, 2, 3]], (g_a - g_a.mean()) / (g_a.std() + 1e-6))
+    assert adv.values[1] == 0  # b has one sample: nothing to compare with
+    assert set(make_estimator("turn_level", gamma=0.5)(s).values) == set(adv.values)
+
+
+def test_grpo_loss_clips_by_hand() -> None:
+    logp = torch.log(torch.tensor([[1.5], [0.5], [1.1]]))  # ratios 1.5, 0.5, 1.1 (old = 0)
+    old = torch.zeros(3, 1)
+    adv = torch.tensor([1.0, -1.0, 2.0])
+    parts = grpo_loss(logp, old, adv, torch.ones(3, 1), clip_low=0.2, clip_high=0.2)
+    # A>0, rho 1.5 -> clipped 1.2; A<0, rho 0.5 -> min(-0.5, -0.8) = -0.8; rho 1.1 -> 2.2
+    assert float(parts.loss) == pytest.approx(-(1.2 - 0.8 + 2.2) / 3)
+    assert parts.clip_frac == pytest.approx(2 / 3)
+
+
+def test_grpo_loss_kl_is_k3_and_zero_at_the_reference() -> None:
+    logp = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    parts = grpo_loss(logp, logp.detach(), torch.zeros(1), torch.ones(1, 2),
+                      ref_logp=logp.detach(), beta=0.1)
+    assert float(parts.kl) == 0.0
+    ref = torch.tensor([[-1.5, -2.0]])
+    parts = grpo_loss(logp, logp.detach(), torch.zeros(1), torch.ones(1, 2), ref_logp=ref,
+                      beta=0.1)
+    q = -0.5
+    assert parts.kl == pytest.approx((np.exp(q) - q - 1) / 2)
+
+
+# --- a game any policy gradient must learn ------------------------------------------------
+
+
+@games.register("guess_blue")
+class GuessBlue(TextGame):
+    """One player picks A or B; B pays 1.  Used only to show learning in tests (names of
+    equal length, so the untrained model starts near 50/50)."""
+
+    metadata = {"name": "guess_blue", "render_modes": ["ansi"], "is_parallelizable": False}
+    possible_agents = ["player_0"]
+    action_names = ["A", "B"]
+    rules = "Pick a letter."
+    obs_shape = (1,)
+
+    def _setup(self, rng: np.random.Generator) -> None:
+        self.done = False
+
+    def _legal(self, agent: str) -> list[int]:
+        return [0, 1]
+
+    def _apply(self, agent: str, action: int) -> None:
+        self._end({agent: float(action == 1)})
+
+    def _encode(self, agent: str) -> np.ndarray:
+        return np.zeros(1)
+
+    def _describe(self, agent: str) -> str:
+        return "A or B?"
+
+
+def team(game: str, train: str, count: int = 1, extra: str = "") -> str:
+    return f"""\
+schema: marl-teams/v1
+name: t
+roles:
+  - name: player
+    count: {count}
+    model: tiny-random
+    adapter: {{r: 4, alpha: 8}}
+    decoding: {{mode: choice}}
+{extra}game: {{name: {game}}}
+train:
+{train}"""
+
+
+LEARN = """\
+  steps: 8
+  group_size: 8
+  groups_per_step: 4
+  lr: 0.01
+  checkpoint_every: 100
+  ray: {enabled: false}
+"""
+
+
+def test_reward_rises_on_a_trivially_learnable_game(tmp_path: Path) -> None:
+    cfg = load_config_text(team("guess_blue", LEARN))
+    hist = Trainer(cfg, tmp_path / "run").fit()
+    rewards = [h["agents"]["player@player_0"]["reward"] for h in hist]
+    assert np.mean(rewards[:2]) < 0.75
+    assert np.mean(rewards[-2:]) > np.mean(rewards[:2]) + 0.2
+    assert all(h["learner"]["tiny-random"]["grad_norm"] > 0 for h in hist[:2])
+    assert (tmp_path / "run" / "checkpoints" / "step_000008" / "adapters" / "player"
+            / "adapter_model.safetensors").is_file()
+
+
+def test_mismatched_game_fails_before_any_compute(tmp_path: Path) -> None:
+    cfg = load_config_text(team("kuhn_poker", LEARN, count=1))
+    with pytest.raises(TrainingError, match="2 seats .* 1 agents"):
+        Trainer(cfg, tmp_path / "run")
+    cfg = load_config_text(team("kuhn_poker", LEARN + "  league: {anchors: [nobody]}\n", 2))
+    with pytest.raises(TrainingError, match="anchor 'nobody'"):
+        Trainer(cfg, tmp_path / "run")
+
+
+@games.register("guess_nan")
+class GuessNaN(GuessBlue):
+    """A broken reward: every outcome pays NaN."""
+
+    metadata = {**GuessBlue.metadata, "name": "guess_nan"}
+
+    def _apply(self, agent: str, action: int) -> None:
+        self._end({agent: float("nan")})
+
+
+def test_nan_losses_skip_steps_then_stop(tmp_path: Path) -> None:
+    cfg = load_config_text(team("guess_nan", LEARN + "  max_bad_steps: 2\n"))
+    tr = Trainer(cfg, tmp_path / "run")
+    before = {k: v.clone() for k, v in tr.runtime.weights()["player"].items()}
+    with pytest.raises(TrainingError, match="2 steps in a row"):
+        tr.fit()
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(ln)["skipped"] for ln in lines] == [True, True]
+    after = tr.runtime.weights()["player"]
+    assert all(torch.equal(before[k], after[k]) for k in before)  # no NaN reached the weights
+
+
+# --- checkpoints survive SIGKILL --------------------------------------------------------------
+
+KUHN = """\
+  steps: 4
+  group_size: 4
+  groups_per_step: 2
+  lr: 0.02
+  checkpoint_every: 1
+  ray: {enabled: false}
+  league: {opponents: league, snapshot_every: 1, anchors: [random]}
+"""
+
+
+def _metrics(run: Path) -> list[dict]:
+    rows = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
+    for r in rows:
+        for volatile in ("seconds", "tokens_per_s"):
+            r.pop(volatile)
+    return rows
+
+
+def _train(cfg: Path, run: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "marl.cli", "train", str(cfg), "--out",
+                             str(run), *extra], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, env={**os.environ, "COLUMNS": "120"})
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path: Path) -> None:
+    cfg = tmp_path / "team.yaml"
+    cfg.write_text(team("kuhn_poker", KUHN, count=2))
+    full = _train(cfg, tmp_path / "full")
+    killed = _train(cfg, tmp_path / "killed")
+    ckpts = tmp_path / "killed" / "checkpoints"
+    deadline = time.time() + 240
+    while not (ckpts / "step_000002").is_dir() and time.time() < deadline:
+        time.sleep(0.05)
+    killed.send_signal(signal.SIGKILL)
+    killed.wait()
+    assert (ckpts / "step_000002").is_dir()
+    assert not (ckpts / "step_000004").exists()
+    resumed = _train(cfg, tmp_path / "killed", "--resume")
+    assert resumed.wait(timeout=300) == 0, resumed.stderr.read().decode()[-2000:]
+    assert full.wait(timeout=300) == 0, full.stderr.read().decode()[-2000:]
+    assert [r["step"] for r in _metrics(tmp_path / "killed")] == [1, 2, 3, 4]
+    assert _metrics(tmp_path / "killed") == _metrics(tmp_path / "full")
