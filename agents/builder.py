@@ -29,6 +29,12 @@ class Roster:
     def by_role(self, role: str) -> list[Agent]:
         return [a for a in self.agents if a.role == role]
 
+    def to(self, device: str) -> None:
+        """Move every local model (e.g. to the GPU a Ray actor was given)."""
+        for host in self.hosts.values():
+            if isinstance(host, ModelHost):
+                host.model.to(device)
+
 
 def instance_names(role: RoleConfig) -> list[str]:
     return [role.name] if role.count == 1 else [f"{role.name}_{i}" for i in range(role.count)]

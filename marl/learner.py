@@ -68,7 +68,7 @@ class Learner:
     def _micro_loss(self, items: list[TrainItem], n_total: int):
         """Loss of ``items`` scaled by their share of the batch's tokens."""
         logp_fn = self._choice_logp if items[0].candidate_ids is not None else self._free_logp
-        adv = torch.tensor([it.advantage for it in items])
+        adv = torch.tensor([it.advantage for it in items], device=self.host.device)
         logp, old, mask, ent = logp_fn(items)
         ref = None
         if self.kl > 0:  # the frozen reference is the base with adapters disabled
@@ -92,7 +92,7 @@ class Learner:
             logp.append(lp[it.choice])
             ent.append(-(lp.exp() * lp).sum())
         logp_t = torch.stack(logp)[:, None]
-        old = torch.tensor([it.old_logprobs[0] for it in items])[:, None]
+        old = torch.tensor([it.old_logprobs[0] for it in items], device=logp_t.device)[:, None]
         return logp_t, old, torch.ones_like(old), torch.stack(ent)
 
     def _free_logp(self, items: list[TrainItem]):
@@ -101,12 +101,13 @@ class Learner:
                                              [it.completion_ids for it in items],
                                              items[0].temperature, entropy=want_ent)
         width = max(len(x) for x in per)
-        logp = torch.zeros(len(items), width)
-        old = torch.zeros(len(items), width)
-        mask = torch.zeros(len(items), width)
+        dev = self.host.device
+        logp = torch.zeros(len(items), width, device=dev)
+        old = torch.zeros(len(items), width, device=dev)
+        mask = torch.zeros(len(items), width, device=dev)
         for i, (x, it) in enumerate(zip(per, items, strict=True)):
             logp[i, : len(x)] = x
-            old[i, : len(x)] = torch.tensor(it.old_logprobs)
+            old[i, : len(x)] = torch.tensor(it.old_logprobs, device=dev)
             mask[i, : len(x)] = 1
         ent = torch.stack([e.mean() for e in ents]) if want_ent else None
         return logp, old, mask, ent

@@ -102,6 +102,14 @@ def _use_all_cores() -> None:
     torch.set_num_threads(max(1, os.cpu_count() or 1))
 
 
+def _place(roster: Roster) -> None:
+    """Put the actor's models on the GPU Ray assigned to it, if there is a real one."""
+    import ray
+
+    if ray.get_runtime_context().get_accelerator_ids().get("GPU") and torch.cuda.is_available():
+        roster.to("cuda")
+
+
 class _Placed:
     """Lets the driver (and tests) see where Ray put an actor."""
 
@@ -117,12 +125,15 @@ class _WorkerActor(RolloutWorker, _Placed):
     def __init__(self, cfg: dict) -> None:
         _use_all_cores()
         super().__init__(cfg)
+        _place(self.roster)
 
 
 class _LearnerActor(LearnerProcess, _Placed):
     def __init__(self, cfg: dict, key: str) -> None:
         _use_all_cores()
-        super().__init__(cfg, key)
+        roster = build_roster(TeamConfig.model_validate(cfg))
+        _place(roster)
+        super().__init__(cfg, key, roster)
 
 
 class RayRuntime:
