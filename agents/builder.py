@@ -149,21 +149,3 @@ def adapter_dir(path: str | Path, role: str) -> Path:
     raise FileNotFoundError(f"{path} holds no adapter for role {role!r} (looked for "
                             f"adapter_config.json in it and in adapters/{role}/)")
 
-
-def checkpoint_agent(roster: Roster, cfg: TeamConfig, path: str | Path, name: str,
-                     role: str | None = None, seed: int = 0) -> Agent:
-    """An opponent playing ``role`` with the adapter saved at ``path`` on the team's own base.
-
-    The adapter is loaded next to the team's adapters in the same host (no second copy of the
-    base weights); decoding and prompt are the role's.
-    """
-    rc = cfg.role(role) if role else cfg.roles[0]
-    if rc.backend != "hf":
-        raise ValueError(f"checkpoint opponents need an hf role; {rc.name!r} is {rc.backend!r}")
-    host = roster.hosts[host_key(cfg, rc)]
-    adapter = f"{name}@{rc.name}"
-    if adapter not in host.adapters:
-        host.load_adapter(adapter, adapter_dir(path, rc.name))
-    return Agent(name=name, role=rc.name, policy=hf_role_policy(host, adapter, rc, seed),
-                 system_prompt=system_prompt_for(rc, cfg.name, cfg.game.name, rc.name, 1),
-                 mode=rc.decoding.mode)

@@ -244,21 +244,44 @@ class HFPolicy:
                 for p, c, lp, t in zip(prompts, comps, logps, cut, strict=True)]
 
     @torch.no_grad()
-    def _choose(self, requests: list[Request], prompts: list[list[int]],
-                cut: list[bool]) -> list[Response]:
-        """Score every legal action's text in one forward; sample from the normalised scores."""
+    def _scores(self, requests: list[Request], prompts: list[list[int]]
+                ) -> tuple[list[list[int]], list[list[float]]]:
+        """Candidate token ids and ``log p(text_a | prompt)`` of every legal action, from one
+        forward over all (prompt, candidate) pairs."""
         cands = [[self.host.text_ids(t) for t in r.action_texts] for r in requests]
         flat_p = [p for p, cs in zip(prompts, cands, strict=True) for _ in cs]
         flat_c = [c for cs in cands for c in cs]
-        scores = torch.stack([lp.sum() for lp in self.host.sequence_logprobs(flat_p, flat_c)])
-        out, k = [], 0
-        for req, p, cs, t in zip(requests, prompts, cands, cut, strict=True):
-            s = scores[k : k + len(cs)]
+        flat = [float(lp.sum()) for lp in self.host.sequence_logprobs(flat_p, flat_c)]
+        scores, k = [], 0
+        for cs in cands:
+            scores.append(flat[k:k + len(cs)])
             k += len(cs)
-            i, logpi = choose(s.tolist(), self.temperature, self.rng)
+        return cands, scores
+
+    def _choose(self, requests: list[Request], prompts: list[list[int]],
+                cut: list[bool]) -> list[Response]:
+        """Sample from the normalised candidate scores."""
+        cands, scores = self._scores(requests, prompts)
+        out = []
+        for req, p, cs, s, t in zip(requests, prompts, cands, scores, cut, strict=True):
+            i, logpi = choose(s, self.temperature, self.rng)
             out.append(Response(text=req.action_texts[i], choice=i, prompt_ids=p,
                                 completion_ids=cs[i], logprobs=[logpi],
                                 candidate_ids=cs, truncated_prompt=t))
+        return out
+
+    def probabilities(self, requests: list[Request]) -> list[list[float]]:
+        """The exact choice distribution over each request's legal actions (``choice`` mode
+        semantics whatever this policy's mode): how table policies are read off a model."""
+        prompts = [self.host.prompt_ids(r.messages, self.max_prompt_tokens)[0]
+                   for r in requests]
+        with self.host.use(self.adapter):
+            _, scores = self._scores(requests, prompts)
+        t = self.temperature if self.temperature > 0 else 1.0
+        out = []
+        for s in scores:
+            z = torch.tensor(s) / t
+            out.append(torch.softmax(z, 0).tolist())
         return out
 
 

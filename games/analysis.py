@@ -21,6 +21,7 @@ from functools import cache
 
 import numpy as np
 
+from games.base import TextGame
 from games.game_tree import GameTree, build_tree
 from games.registry import make
 
@@ -115,3 +116,26 @@ def nash_conv(game_name: str, policy: Policy) -> float:
 def exploitability(game_name: str, policy: Policy) -> float:
     """NashConv / 2: the average gain of a best responder over the two seats."""
     return nash_conv(game_name, policy) / 2
+
+
+def info_state_envs(game_name: str) -> dict[str, tuple[TextGame, str]]:
+    """For every information state, a fresh env positioned at one history reaching it and
+    the agent to move there: what a model must be shown to read off its table policy."""
+    root = make(game_name).root_state()
+    out: dict[str, tuple[TextGame, str]] = {}
+    stack = [root]
+    while stack:
+        st = stack.pop()
+        if st.is_terminal:
+            continue
+        if st.is_chance:
+            stack += [st.apply(a) for a, _ in st.chance_outcomes()]
+            continue
+        key = st.info_key(st.current_player)
+        if key not in out:
+            env = make(game_name)
+            env.reset(seed=0)
+            env.set_tree_state(st)
+            out[key] = (env, env.agent_selection)
+        stack += [st.apply(a) for a in st.legal()]
+    return out

@@ -200,6 +200,13 @@ class PokerGame(TextGame):
     def information_state(self, agent: str) -> str:
         return self.state.info_key(self.possible_agents.index(agent))
 
+    def set_tree_state(self, state: PokerState) -> None:
+        """Jump to a decision node of the exact tree (to show a policy every info state)."""
+        if state.is_chance or state.is_terminal:
+            raise ValueError("set_tree_state needs a decision node")
+        self.state = state
+        self.agent_selection = self.possible_agents[state.current_player]
+
     # ----- TextGame hooks
     def _setup(self, rng: np.random.Generator) -> None:
         self.state = self._deal(self.root_state(), rng)

@@ -183,6 +183,9 @@ def play_cmd(
     seed: Annotated[int, typer.Option(help="First episode seed.")] = 0,
     concurrency: Annotated[int, typer.Option(min=1, help="Games played at once.")] = 16,
     out: Annotated[str, typer.Option(help="Transcripts JSONL.")] = "transcripts.jsonl",
+    mode: Annotated[str | None, typer.Option(
+        help="Decoding mode of every hf/vllm role: free or choice (default: each role's)."
+    )] = None,
 ) -> None:
     """Play the team's game and print wins/draws/losses per seat and the parse-error rate."""
     _quiet_transformers()
@@ -193,10 +196,10 @@ def play_cmd(
 
     import games
     from agents import Agent
-    from agents.builder import build_roster, checkpoint_agent
+    from agents.builder import build_roster
     from agents.models import ModelError
-    from agents.scripted import HumanPolicy, ScriptedPolicy
-    from games.bots import bot_names
+    from agents.scripted import HumanPolicy
+    from orchestrator.participants import ParticipantLoader
     from orchestrator.play import play, report_table
 
     cfg = load_team(config)
@@ -205,6 +208,12 @@ def play_cmd(
             fail(f"unknown game {game!r}; known: {', '.join(games.names())}")
         cfg = cfg.model_copy(update={"game": cfg.game.model_copy(update={"name": game,
                                                                           "kwargs": {}})})
+    if mode is not None:
+        if mode not in ("free", "choice"):
+            fail(f"--mode must be free or choice, got {mode!r}")
+        cfg = cfg.model_copy(update={"roles": [
+            r.model_copy(update={"decoding": r.decoding.model_copy(update={"mode": mode})})
+            if r.backend in ("hf", "vllm") else r for r in cfg.roles]})
     console = Console()
     try:
         with console.status(f"Loading team {cfg.name}..."):
@@ -213,12 +222,9 @@ def play_cmd(
             if human:
                 opponents = [Agent("human", "human", HumanPolicy(), mode="free")]
                 concurrency = 1
-            elif against in bot_names(cfg.game.name):
-                opponents = [Agent(against, "bot", ScriptedPolicy(cfg.game.name, against, seed),
-                                   mode="choice")]
             elif against is not None:
-                opponents = [checkpoint_agent(roster, cfg, against, Path(against).name,
-                                              seed=seed + 1)]
+                loader = ParticipantLoader(cfg.game.name, seed=seed + 1, hosts=roster.hosts)
+                opponents = [loader.load(against)]
     except (ModelError, FileNotFoundError, ValueError) as exc:
         fail(str(exc))
     if opponents:

@@ -83,6 +83,9 @@ class LocalRuntime:
     def publish(self, weights: Weights, snapshots: dict[str, Weights]) -> None:
         self.worker.sync_snapshots(snapshots)  # the weights are shared already
 
+    def exploitability(self) -> float:
+        return self.worker.exploitability()
+
     def weights(self) -> Weights:
         return {a: w for lp in self.learners.values() for a, w in lp.weights().items()}
 
@@ -189,6 +192,9 @@ class RayRuntime:
         self._snapshots_ref = self.ray.put(snapshots)
         self.ray.get([w.set_weights.remote(self._weights_ref) for w in self.workers]
                      + [w.sync_snapshots.remote(self._snapshots_ref) for w in self.workers])
+
+    def exploitability(self) -> float:
+        return self.ray.get(self.workers[0].exploitability.remote())
 
     def weights(self) -> Weights:
         out: Weights = {}

@@ -83,6 +83,8 @@ class Trainer:
                                         gamma=self.tc.gamma)
         self.league = League(self.tc.league, bot_names(cfg.game.name))
         self.trainable_roles = {r for roles in trainable_hosts(cfg).values() for r in roles}
+        env = games.make(cfg.game.name, **cfg.game.kwargs)
+        self.exact_eval = self.tc.eval_every > 0 and hasattr(env, "root_state")
         self.step = 0
         self.bad_steps = 0
         self.runtime = runtime or (RayRuntime(cfg) if self.tc.ray.enabled else LocalRuntime(cfg))
@@ -170,6 +172,10 @@ class Trainer:
                                 {"rollout": t1 - t0, "advantage": t2 - t1, "update": t3 - t2,
                                  "sync": t4 - t3})
         metrics["snapshot"] = snap
+        if self.exact_eval and (step % self.tc.eval_every == 0 or step == self.tc.steps):
+            t = time.perf_counter()
+            metrics["eval"] = {"exploitability": self.runtime.exploitability()}
+            metrics["seconds"]["eval"] = round(time.perf_counter() - t, 3)
         self.bad_steps = self.bad_steps + 1 if skipped else 0
         self.step = step
         return StepResult(step, metrics, episodes)

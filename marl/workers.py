@@ -14,11 +14,12 @@ from dataclasses import dataclass
 
 import games
 from agents import Agent
-from agents.builder import Roster, build_roster, checkpoint_agent, hf_role_policy, host_key
+from agents.builder import Roster, build_roster, hf_role_policy, host_key
 from agents.rollout import Episode, RolloutEngine
-from agents.scripted import ScriptedPolicy
 from configs import TeamConfig
 from marl.league import Weights
+from orchestrator.evaluation import agent_probs, exploitability_report
+from orchestrator.participants import ParticipantLoader
 
 
 @dataclass(frozen=True)
@@ -79,13 +80,10 @@ class RolloutWorker:
         if kind == "team":
             return self.roster.agents[int(arg)]
         if pid not in self.extra:
-            if kind == "bot":
-                pol = ScriptedPolicy(self.cfg.game.name, arg)
-                self.extra[pid] = Agent(pid, "bot", pol, mode="choice")
-            elif kind == "ckpt":
-                self.extra[pid] = checkpoint_agent(self.roster, self.cfg, arg, pid)
-            else:
+            if kind not in ("bot", "ckpt"):
                 raise KeyError(f"unknown participant {pid!r} (snapshots must be synced first)")
+            loader = ParticipantLoader(self.cfg.game.name, hosts=self.roster.hosts)
+            self.extra[pid] = loader.load(arg, name=pid)
         return self.extra[pid]
 
     def _reseed(self, seed: int) -> None:
@@ -108,3 +106,8 @@ class RolloutWorker:
         for ep, spec in zip(episodes, specs, strict=True):
             ep.index = spec.index
         return episodes
+
+    def exploitability(self) -> float:
+        """Exact exploitability of the trained role's current policy (exact-tree games)."""
+        read = agent_probs(self.roster.agents[0])
+        return exploitability_report(read, self.cfg.game.name).exploitability

@@ -12,7 +12,7 @@ import torch
 
 import games
 from agents import Agent
-from agents.builder import build_roster, checkpoint_agent
+from agents.builder import build_roster
 from agents.hf import HFPolicy, ModelHost
 from agents.models import build_tiny_random
 from agents.openai_backend import OpenAIPolicy
@@ -20,6 +20,7 @@ from agents.policy import Request, Response
 from agents.rollout import RolloutEngine
 from agents.scripted import ScriptedPolicy
 from configs import load_config
+from orchestrator.participants import ParticipantLoader
 from orchestrator.play import play
 
 TINY = Path(__file__).parents[1] / "configs" / "tiny_test.yaml"
@@ -151,13 +152,21 @@ def test_build_roster_shares_one_base_across_roles(tmp_path: Path) -> None:
 def test_play_against_checkpoint_and_bot(tmp_path: Path) -> None:
     cfg = load_config(TINY)
     roster = build_roster(cfg)
-    next(iter(roster.hosts.values())).save_adapter("player", tmp_path / "ckpt")
-    opp = checkpoint_agent(roster, cfg, tmp_path / "ckpt", "ckpt")
+    ckpt = tmp_path / "ckpt"
+    next(iter(roster.hosts.values())).save_adapter("player", ckpt / "adapters" / "player")
+    (ckpt / "team.yaml").write_text(TINY.read_text())
+    loader = ParticipantLoader("kuhn_poker", hosts=roster.hosts)
+    opp = loader.load(str(ckpt))
+    assert len(roster.hosts) == 1  # the checkpoint joined the team's base model
     report = play(roster, "kuhn_poker", {}, 6, [opp], transcripts=tmp_path / "t.jsonl")
     assert report.episodes == 6 and report.parse_errors == 0
     assert {n for n, _ in report.records} == {"player_0", "ckpt"}
     lines = (tmp_path / "t.jsonl").read_text().splitlines()
     assert len(lines) == 6 and "turns" in json.loads(lines[0])
+    bot = loader.load("bot:optimal")
+    assert play(roster, "kuhn_poker", {}, 4, [bot]).episodes == 4
+    with pytest.raises(ValueError, match="neither a bot"):
+        loader.load("no-such-thing")
 
 
 class _ChatServer(BaseHTTPRequestHandler):

@@ -1,0 +1,79 @@
+"""Turn a participant description into an agent that can take a seat.
+
+A participant is named by one string:
+
+- a bot name (``random``, ``heuristic``, ``optimal``) or ``bot:<name>``;
+- a team YAML file: its first role, untrained (the initial model);
+- a training run folder (its latest checkpoint), a checkpoint folder, or an exported team
+  folder: the folder's ``team.yaml`` plus the adapter saved for its first trainable role.
+
+Model participants on the same base model share one :class:`~agents.hf.ModelHost` (one copy of
+the weights, one adapter each), so a tournament of ten checkpoints costs one model in memory.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agents import Agent
+from agents.builder import adapter_dir, hf_role_policy, system_prompt_for
+from agents.hf import ModelHost
+from agents.models import load_model
+from agents.scripted import ScriptedPolicy
+from configs import TeamConfig, load_config
+from games.bots import bot_names
+
+
+def checkpoint_folder(path: Path) -> Path:
+    """A run folder resolves to its latest checkpoint; other folders are used as they are."""
+    latest = path / "latest"
+    if latest.is_file():
+        return path / "checkpoints" / latest.read_text().strip()
+    return path
+
+
+class ParticipantLoader:
+    def __init__(self, game: str, seed: int = 0,
+                 hosts: dict[str, ModelHost] | None = None) -> None:
+        """``hosts`` (model ref -> host) lets participants join an existing team's models."""
+        self.game = game
+        self.seed = seed
+        self.hosts = {} if hosts is None else hosts
+
+    def host(self, model: str) -> ModelHost:
+        if model not in self.hosts:
+            self.hosts[model] = ModelHost(*load_model(model))
+        return self.hosts[model]
+
+    def load(self, spec: str, name: str | None = None) -> Agent:
+        bot = spec.removeprefix("bot:")
+        if bot in bot_names(self.game):
+            return Agent(name or bot, "bot", ScriptedPolicy(self.game, bot, seed=self.seed),
+                         mode="choice")
+        path = Path(spec)
+        if path.is_file():
+            return self._model_agent(load_config(path), None, name or path.stem)
+        if path.is_dir():
+            folder = checkpoint_folder(path)
+            team_file = folder / "team.yaml"
+            if not team_file.is_file():
+                raise FileNotFoundError(f"{folder} has no team.yaml (expected a run, "
+                                        "checkpoint or exported team folder)")
+            return self._model_agent(load_config(team_file), folder, name or path.name)
+        raise ValueError(f"participant {spec!r} is neither a bot of {self.game} "
+                         f"({', '.join(bot_names(self.game))}) nor an existing file or folder")
+
+    def _model_agent(self, cfg: TeamConfig, folder: Path | None, name: str) -> Agent:
+        role = next((r for r in cfg.roles if r.adapter is not None), cfg.roles[0])
+        if role.backend != "hf":
+            raise ValueError(f"{name}: role {role.name!r} uses backend {role.backend!r}; "
+                             "only hf roles can be loaded as participants here")
+        host = self.host(role.model)
+        adapter = None
+        if folder is not None and role.adapter is not None:
+            adapter = f"{name}@{role.name}"
+            if adapter not in host.adapters:
+                host.load_adapter(adapter, adapter_dir(folder, role.name))
+        policy = hf_role_policy(host, adapter, role, self.seed)
+        prompt = system_prompt_for(role, cfg.name, self.game, role.name, 0)
+        return Agent(name, role.name, policy, prompt, role.decoding.mode)
