@@ -299,5 +299,61 @@ def plot_cmd(
     typer.echo(f"wrote {path}")
 
 
+# --- eval ---
+
+eval_app = typer.Typer(no_args_is_help=True, help="Exact evaluation of players.")
+app.add_typer(eval_app, name="eval")
+
+
+@eval_app.command("exploitability")
+def eval_exploitability_cmd(
+    target: Annotated[str, typer.Argument(help="A bot name, a team YAML (untrained), a run, "
+                                               "checkpoint or exported team folder.")],
+    game: Annotated[str, typer.Option(help="kuhn_poker or leduc_poker.")] = "kuhn_poker",
+    out: Annotated[str | None, typer.Option(help="Write the table and figure as JSON.")] = None,
+) -> None:
+    """Exact exploitability of the table policy a player induces, per information state."""
+    _quiet_transformers()
+    import json
+    from pathlib import Path
+
+    from rich.console import Console
+    from rich.table import Table
+
+    import games
+    from agents.models import ModelError
+    from orchestrator.evaluation import agent_probs, bot_probs, exploitability_report
+    from orchestrator.participants import ParticipantLoader
+
+    env = games.make(game) if game in games.names() else None
+    if env is None or not hasattr(env, "root_state"):
+        fail(f"exact exploitability needs a game with an exact tree: kuhn_poker, leduc_poker "
+             f"(got {game!r})")
+    console = Console()
+    try:
+        with console.status(f"Reading {target}'s policy at every information state..."):
+            agent = ParticipantLoader(game).load(target)
+            read = (bot_probs(agent.policy.bot) if agent.role == "bot"
+                    else agent_probs(agent))
+            report = exploitability_report(read, game)
+    except (ModelError, FileNotFoundError, ValueError, TypeError) as exc:
+        fail(str(exc))
+    names = env.action_names
+    table = Table(title=f"{target} on {game}")
+    table.add_column("information state")
+    for a in names:
+        table.add_column(a, justify="right")
+    for key in sorted(report.table):
+        row = report.table[key]
+        table.add_row(key, *[f"{row[i]:.3f}" if i in row else "" for i in range(len(names))])
+    console.print(table)
+    console.print(f"exploitability: {report.exploitability:.6f}  "
+                  f"(NashConv {2 * report.exploitability:.6f})")
+    if out:
+        Path(out).write_text(json.dumps({"game": game, "target": target,
+                                         "exploitability": report.exploitability,
+                                         "table": report.table}, indent=1))
+
+
 if __name__ == "__main__":
     app()

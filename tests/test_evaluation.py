@@ -1,0 +1,57 @@
+"""Exact evaluation of bots and model checkpoints through `marl eval exploitability`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from agents.builder import build_roster
+from configs import load_config
+from games.analysis import info_states
+from marl.cli import app
+from orchestrator.evaluation import agent_probs, table_policy
+
+TINY = Path(__file__).parents[1] / "configs" / "tiny_test.yaml"
+
+
+def run(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, list(args))
+    return result.exit_code, result.output
+
+
+def test_cfr_bot_is_unexploitable_and_random_is_eleven_24ths(tmp_path: Path) -> None:
+    code, _ = run("eval", "exploitability", "optimal", "--game", "kuhn_poker",
+                  "--out", str(tmp_path / "cfr.json"))
+    assert code == 0
+    assert json.loads((tmp_path / "cfr.json").read_text())["exploitability"] <= 1e-3
+    code, _ = run("eval", "exploitability", "random", "--out", str(tmp_path / "r.json"))
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert code == 0 and report["exploitability"] == pytest.approx(11 / 24, abs=1e-12)
+    assert len(report["table"]) == 12
+
+
+def test_model_table_covers_every_information_state_and_matches_play() -> None:
+    roster = build_roster(load_config(TINY))
+    agent = roster.agents[0]
+    table = table_policy(agent_probs(agent, batch=5), "kuhn_poker")
+    assert sorted(table) == sorted(k for k, _, _ in info_states("kuhn_poker"))
+    for key, _, legal in info_states("kuhn_poker"):
+        assert sorted(table[key]) == legal
+        assert sum(table[key].values()) == pytest.approx(1.0)
+
+
+def test_checkpoint_folder_and_bad_targets(tmp_path: Path) -> None:
+    roster = build_roster(load_config(TINY))
+    ckpt = tmp_path / "ck"
+    next(iter(roster.hosts.values())).save_adapter("player", ckpt / "adapters" / "player")
+    (ckpt / "team.yaml").write_text(TINY.read_text())
+    code, out = run("eval", "exploitability", str(ckpt), "--out", str(tmp_path / "c.json"))
+    assert code == 0, out
+    assert 0 < json.loads((tmp_path / "c.json").read_text())["exploitability"] < 2
+    code, out = run("eval", "exploitability", "random", "--game", "tic_tac_toe")
+    assert code == 2 and "exact tree" in out
+    code, out = run("eval", "exploitability", str(tmp_path / "missing"))
+    assert code == 2 and "neither a bot" in out
