@@ -80,15 +80,11 @@ class Learner:
         return parts, share
 
     def _choice_logp(self, items: list[TrainItem]):
-        prompts = [it.prompt_ids for it in items for _ in it.candidate_ids]
-        cands = [c for it in items for c in it.candidate_ids]
-        per = self.host.sequence_logprobs(prompts, cands)
-        scores = torch.stack([x.sum() for x in per])
-        logp, ent, k = [], [], 0
-        for it in items:
-            n = len(it.candidate_ids)
-            lp = torch.log_softmax(scores[k:k + n] / it.temperature, 0)
-            k += n
+        scores = self.host.candidate_scores([it.prompt_ids for it in items],
+                                            [it.candidate_ids for it in items])
+        logp, ent = [], []
+        for it, s in zip(items, scores, strict=True):
+            lp = torch.log_softmax(s / it.temperature, 0)
             logp.append(lp[it.choice])
             ent.append(-(lp.exp() * lp).sum())
         logp_t = torch.stack(logp)[:, None]
@@ -112,6 +108,25 @@ class Learner:
         ent = torch.stack([e.mean() for e in ents]) if want_ent else None
         return logp, old, mask, ent
 
+    def _chunks(self, group: list[TrainItem]) -> list[list[TrainItem]]:
+        """Micro-batches of at most ``micro_batch`` distinct sequences.
+
+        Items are ordered by prompt so repeated information states share a micro-batch and
+        are computed once (see ``ModelHost.candidate_scores``).
+        """
+        group = sorted(group, key=lambda it: (it.prompt_ids, it.completion_ids))
+        chunks: list[list[TrainItem]] = []
+        seen: set = set()
+        for it in group:
+            keys = ({(tuple(it.prompt_ids), tuple(c)) for c in it.candidate_ids}
+                    if it.candidate_ids is not None else {id(it)})
+            if not chunks or len(seen | keys) > self.micro_batch:
+                chunks.append([])
+                seen = set()
+            chunks[-1].append(it)
+            seen |= keys
+        return chunks
+
     # ----- one optimizer step
     def update(self, items: list[TrainItem]) -> UpdateStats:
         """Accumulate the loss of every item, per agent, then take one clipped step."""
@@ -130,8 +145,8 @@ class Learner:
             for (adapter, _, agent), group in sorted(by_agent.items(), key=lambda kv: kv[0]):
                 before = [p.grad.clone() for p in self.params]
                 with self.host.use(adapter):
-                    for i in range(0, len(group), self.micro_batch):
-                        parts, share = self._micro_loss(group[i:i + self.micro_batch], n_total)
+                    for chunk in self._chunks(group):
+                        parts, share = self._micro_loss(chunk, n_total)
                         if not torch.isfinite(parts.loss):
                             self.optimizer.zero_grad(set_to_none=False)
                             return UpdateStats(float("nan"), float("nan"), {}, 0, 0, 0,
