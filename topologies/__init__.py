@@ -1,1 +1,24 @@
-"""topologies package."""
+"""Communication topologies of a team: fixed graphs by kind, learnable ones, and pictures.
+
+``build_topology(team_cfg)`` gives the configured :class:`Topology`; ``LearnableTopology``
+learns edge probabilities by REINFORCE; ``topologies.render`` draws either (Mermaid, PNG);
+``topologies.synthetic`` is a voting task with a known optimal graph.  This package uses
+``configs`` only: the orchestrator and the trainer use it, never the reverse.
+"""
+
+from topologies.builders import (
+    TeamLayout,
+    build_topology,
+    instance_names,
+    register_topology,
+    topology_from_roles,
+    topology_kinds,
+)
+from topologies.graph import SPATIAL, TEMPORAL, Edge, Node, Topology, TopologyError
+from topologies.learnable import LearnableConfig, LearnableTopology, candidate_edges
+
+__all__ = [
+    "SPATIAL", "TEMPORAL", "Edge", "LearnableConfig", "LearnableTopology", "Node", "TeamLayout",
+    "Topology", "TopologyError", "build_topology", "candidate_edges", "instance_names",
+    "register_topology", "topology_from_roles", "topology_kinds",
+]
