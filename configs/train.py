@@ -65,6 +65,9 @@ class TrainConfig(StrictModel):
     group_size: int = Field(8, ge=2, description="G: games per group.")
     groups_per_step: int = Field(8, ge=1, description="Groups per training step.")
     steps: int = Field(20, ge=1)
+    max_minutes: float | None = Field(None, gt=0, description="Wall-clock budget: stop (and "
+                                                                "checkpoint) after the step that "
+                                                                "crosses it.")
     lr: float = Field(1e-4, gt=0)
     clip_low: float = Field(0.2, ge=0)
     clip_high: float = Field(0.28, ge=0)

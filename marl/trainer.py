@@ -258,11 +258,13 @@ class Trainer:
     def fit(self, on_step: Callable[[StepResult], None] | None = None) -> list[dict]:
         tc = self.tc
         history = []
+        deadline = time.monotonic() + 60 * tc.max_minutes if tc.max_minutes else float("inf")
         with self.metrics_path.open("a") as log:
             while self.step < tc.steps:
                 res = self.train_step()
                 stop = self.bad_steps >= tc.max_bad_steps
-                if not stop and (self.step % tc.checkpoint_every == 0 or self.step == tc.steps):
+                last = self.step == tc.steps or time.monotonic() >= deadline
+                if not stop and (self.step % tc.checkpoint_every == 0 or last):
                     t = time.perf_counter()
                     self.checkpoint(res.metrics)
                     res.metrics["seconds"]["checkpoint"] = round(time.perf_counter() - t, 3)
@@ -275,6 +277,8 @@ class Trainer:
                 history.append(res.metrics)
                 if on_step:
                     on_step(res)
+                if last:
+                    break
         return history
 
 

@@ -237,3 +237,10 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path: Path) -> Non
     assert full.wait(timeout=300) == 0, full.stderr.read().decode()[-2000:]
     assert [r["step"] for r in _metrics(tmp_path / "killed")] == [1, 2, 3, 4]
     assert _metrics(tmp_path / "killed") == _metrics(tmp_path / "full")
+
+
+def test_time_budget_stops_after_the_crossing_step_with_a_checkpoint(tmp_path: Path) -> None:
+    cfg = load_config_text(team("guess_blue", LEARN + "  max_minutes: 0.00001\n"))
+    hist = Trainer(cfg, tmp_path / "run").fit()
+    assert [h["step"] for h in hist] == [1]
+    assert (tmp_path / "run" / "latest").read_text() == "step_000001"
