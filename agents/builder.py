@@ -36,10 +36,6 @@ class Roster:
                 host.model.to(device)
 
 
-def instance_names(role: RoleConfig) -> list[str]:
-    return [role.name] if role.count == 1 else [f"{role.name}_{i}" for i in range(role.count)]
-
-
 def system_prompt_for(role: RoleConfig, team: str, game: str, name: str, index: int) -> str:
     values = {"role": role.name, "name": name, "game": game, "team": team, "index": index}
     goal = role.goal.format(**values)
@@ -132,7 +128,7 @@ def build_roster(cfg: TeamConfig, seed: int = 0,
     for k, role in enumerate(cfg.roles):
         policy = ROLE_BUILDERS[role.backend](role, BuildContext(cfg, hosts, seed + 1000 * k))
         policies[role.name] = policy
-        for i, name in enumerate(instance_names(role)):
+        for i, name in enumerate(role.instance_names()):
             agents.append(Agent(name=name, role=role.name, policy=policy,
                                 system_prompt=system_prompt_for(role, cfg.name, cfg.game.name,
                                                             name, i),

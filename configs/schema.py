@@ -149,6 +149,12 @@ class RoleConfig(StrictModel):
     endpoint: EndpointConfig | None = Field(
         None, description="Server of the openai backend; required for it, else forbidden.")
 
+    def instance_names(self) -> list[str]:
+        """Agent names of this role: ``role`` if count == 1 else ``role_0 .. role_{n-1}``."""
+        if self.count == 1:
+            return [self.name]
+        return [f"{self.name}_{i}" for i in range(self.count)]
+
     @field_validator("system_prompt")
     @classmethod
     def _system_prompt_placeholders(cls, v: str) -> str:

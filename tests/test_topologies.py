@@ -109,14 +109,6 @@ def test_build_topology_from_team_config():
     assert build_topology(cfg, final="judge").final == J
 
 
-def test_instance_names_match_the_agents_package():
-    from agents.builder import instance_names as agents_instance_names
-    from topologies import instance_names
-
-    for role in ROLES:
-        assert instance_names(role) == agents_instance_names(role)
-
-
 # ----- validation errors
 def test_unknown_role():
     with pytest.raises(TopologyError, match=r"topology\.edges\[1\]\[1\]: unknown role 'jury'; "

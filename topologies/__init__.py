@@ -9,7 +9,6 @@ learns edge probabilities by REINFORCE; ``topologies.render`` draws either (Merm
 from topologies.builders import (
     TeamLayout,
     build_topology,
-    instance_names,
     register_topology,
     topology_from_roles,
     topology_kinds,
@@ -19,6 +18,6 @@ from topologies.learnable import LearnableConfig, LearnableTopology, candidate_e
 
 __all__ = [
     "SPATIAL", "TEMPORAL", "Edge", "LearnableConfig", "LearnableTopology", "Node", "TeamLayout",
-    "Topology", "TopologyError", "build_topology", "candidate_edges", "instance_names",
+    "Topology", "TopologyError", "build_topology", "candidate_edges",
     "register_topology", "topology_from_roles", "topology_kinds",
 ]

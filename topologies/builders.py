@@ -29,15 +29,6 @@ from configs.schema import RoleConfig, TeamConfig, TopologyConfig
 from topologies.graph import SPATIAL, TEMPORAL, Edge, Topology, TopologyError
 
 
-def instance_names(role: RoleConfig) -> list[str]:
-    """Agent names of a role: ``role`` if count == 1 else ``role_0 .. role_{n-1}``.
-
-    The same rule as ``agents.builder.instance_names`` (a test keeps them equal); repeated here
-    so that topologies load without importing the model stack.
-    """
-    return [role.name] if role.count == 1 else [f"{role.name}_{i}" for i in range(role.count)]
-
-
 @dataclass(frozen=True)
 class TeamLayout:
     """Role name -> instance names, in config order."""
@@ -46,7 +37,7 @@ class TeamLayout:
 
     @classmethod
     def from_roles(cls, roles: Sequence[RoleConfig]) -> TeamLayout:
-        return cls({r.name: instance_names(r) for r in roles})
+        return cls({r.name: r.instance_names() for r in roles})
 
     @property
     def agents(self) -> list[str]:
