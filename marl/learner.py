@@ -5,19 +5,24 @@ with gradients (free decoding: every completion token; choice decoding: ``log pi
 legal actions' texts), applies :func:`marl.loss.grpo_loss`, and reports per-agent gradient
 norms (Dr. MAS's claim is about them): the gradient of each agent's share of the loss is
 accumulated separately and its norm recorded before the optimizer step.
+
+The optimizer is a backend (:mod:`marl.optim`: torch AdamW or a DeepSpeed engine) behind a few
+calls, so this algorithm exists once whichever backend applies the update.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 
 from agents.hf import ModelHost
 from marl.loss import grpo_loss
+from marl.optim import Optimizer, OptimizerFactory, TorchAdamW
 
 
 @dataclass
@@ -47,12 +52,43 @@ class UpdateStats:
     skipped: bool = False
 
 
+class _GradTap:
+    """Sums what each backward adds to the gradient of the parameters that require grad.
+
+    The norm of one agent's share of the gradient cannot be read as a difference of ``.grad``
+    before and after its micro-batches once an optimizer moves gradients out of ``.grad`` as
+    they arrive (ZeRO-2/3), so it is taken from tensor hooks, which see every backward's
+    contribution before any backend handles it.
+    """
+
+    def __init__(self, params: list[torch.nn.Parameter], scale: Callable[[], float]) -> None:
+        self.scale = scale
+        self.sums: list[torch.Tensor | None] = [None] * len(params)
+        self.handles = [p.register_hook(partial(self._add, i))
+                        for i, p in enumerate(params) if p.requires_grad]
+
+    def _add(self, i: int, grad: torch.Tensor) -> None:
+        g = grad.detach().to(torch.float32, copy=True)
+        self.sums[i] = g if self.sums[i] is None else self.sums[i].add_(g)
+
+    def squared_norm(self) -> float:
+        return sum(float((s ** 2).sum()) for s in self.sums if s is not None) / self.scale() ** 2
+
+    def __enter__(self) -> _GradTap:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for h in self.handles:
+            h.remove()
+
+
 class Learner:
     """Owns the optimizer of the given adapters on ``host``."""
 
     def __init__(self, host: ModelHost, adapters: list[str], lr: float, clip_low: float = 0.2,
                  clip_high: float = 0.28, kl: float = 0.0, entropy: float = 0.0,
-                 max_grad_norm: float = 1.0, micro_batch: int = 16) -> None:
+                 max_grad_norm: float = 1.0, micro_batch: int = 16,
+                 optimizer: OptimizerFactory = TorchAdamW) -> None:
         self.host, self.adapters = host, list(adapters)
         self.clip_low, self.clip_high, self.kl, self.entropy = clip_low, clip_high, kl, entropy
         self.max_grad_norm, self.micro_batch = max_grad_norm, micro_batch
@@ -62,7 +98,8 @@ class Learner:
             raise ValueError(f"no LoRA parameters found for adapters {self.adapters}")
         for p in self.params:
             p.requires_grad_(True)
-        self.optimizer = torch.optim.AdamW(self.params, lr=lr, weight_decay=0.0)
+        self.optimizer: Optimizer = optimizer(host.model, self.params, lr=lr,
+                                              max_grad_norm=max_grad_norm)
 
     # ----- the loss of one micro-batch
     def _micro_loss(self, items: list[TrainItem], n_total: int):
@@ -133,8 +170,7 @@ class Learner:
         items = [it for it in items if it.completion_ids or it.candidate_ids]
         n_total = sum(1 if it.candidate_ids is not None else len(it.completion_ids)
                       for it in items)
-        for p in self.params:
-            p.grad = torch.zeros_like(p)
+        self.optimizer.zero_grad()
         by_agent: dict[tuple, list[TrainItem]] = defaultdict(list)
         for it in items:
             by_agent[(it.adapter, it.candidate_ids is not None, str(it.agent))].append(it)
@@ -143,33 +179,44 @@ class Learner:
         self.host.model.train()
         try:
             for (adapter, _, agent), group in sorted(by_agent.items(), key=lambda kv: kv[0]):
-                before = [p.grad.clone() for p in self.params]
-                with self.host.use(adapter):
+                with (self.host.use(adapter),
+                      _GradTap(self.params, lambda: self.optimizer.loss_scale) as tap):
                     for chunk in self._chunks(group):
                         parts, share = self._micro_loss(chunk, n_total)
                         if not torch.isfinite(parts.loss):
-                            self.optimizer.zero_grad(set_to_none=False)
+                            self.optimizer.discard()
                             return UpdateStats(float("nan"), float("nan"), {}, 0, 0, 0,
                                                n_total, skipped=True)
-                        (parts.loss * share).backward()
+                        self.optimizer.backward(parts.loss * share)
                         totals["loss"] += float(parts.loss.detach()) * share
                         totals["clip"] += parts.clip_frac * share
                         totals["kl"] += parts.kl * share
                         totals["ent"] += parts.entropy * share
-                sq = sum(float(((p.grad - b) ** 2).sum()) for p, b in zip(self.params, before,
-                                                                            strict=True))
                 key = f"{adapter}/{agent}"
-                agent_norms[key] = math.sqrt(agent_norms.get(key, 0.0) ** 2 + sq)
+                agent_norms[key] = math.sqrt(agent_norms.get(key, 0.0) ** 2
+                                             + tap.squared_norm())
         finally:
             self.host.model.eval()
-        norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm))
+        norm = self.optimizer.step()  # clips; applies nothing when the norm is not finite
         if not math.isfinite(norm):
-            self.optimizer.zero_grad(set_to_none=False)
             return UpdateStats(totals["loss"], norm, agent_norms, 0, 0, 0, n_total, skipped=True)
-        self.optimizer.step()
         return UpdateStats(totals["loss"], norm, agent_norms, totals["clip"], totals["kl"],
                            totals["ent"], n_total)
 
     # ----- state for workers and checkpoints
     def weights(self) -> dict[str, dict[str, torch.Tensor]]:
-        return {a: self.host.adapter_weights(a) for a in self.adapters}
+        with self.optimizer.full_params():
+            return {a: self.host.adapter_weights(a) for a in self.adapters}
+
+    def optimizer_state(self) -> dict:
+        return self.optimizer.state_dict()
+
+    def load(self, weights: dict[str, dict[str, torch.Tensor]],
+             optimizer_state: dict | None = None) -> None:
+        """Set the adapters (through the optimizer, which may keep master copies of them)
+        and, if given, the optimizer's state."""
+        with self.optimizer.full_params(write=True):
+            for adapter in self.adapters:
+                self.host.set_adapter_weights(adapter, weights[adapter])
+        if optimizer_state is not None:
+            self.optimizer.load_state_dict(optimizer_state)

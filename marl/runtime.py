@@ -25,6 +25,7 @@ from agents.rollout import Episode
 from configs import TeamConfig
 from marl.league import Weights
 from marl.learner import Learner, TrainItem, UpdateStats
+from marl.optim import make_optimizer
 from marl.workers import EpisodeSpec, RolloutWorker
 
 
@@ -48,7 +49,9 @@ class LearnerProcess:
         self.learner = Learner(roster.hosts[key], trainable_hosts(team)[key], lr=tc.lr,
                                clip_low=tc.clip_low, clip_high=tc.clip_high, kl=tc.kl,
                                entropy=tc.entropy, max_grad_norm=tc.max_grad_norm,
-                               micro_batch=tc.learner.micro_batch)
+                               micro_batch=tc.learner.micro_batch,
+                               optimizer=make_optimizer(tc.learner.backend,
+                                                        tc.learner.zero_stage))
 
     def update(self, items: list[TrainItem], seed: int) -> UpdateStats:
         torch.manual_seed(seed)
@@ -58,13 +61,10 @@ class LearnerProcess:
         return self.learner.weights()
 
     def optimizer_state(self) -> dict:
-        return self.learner.optimizer.state_dict()
+        return self.learner.optimizer_state()
 
     def load(self, weights: Weights, optimizer_state: dict | None) -> None:
-        for adapter in self.learner.adapters:
-            self.learner.host.set_adapter_weights(adapter, weights[adapter])
-        if optimizer_state is not None:
-            self.learner.optimizer.load_state_dict(optimizer_state)
+        self.learner.load(weights, optimizer_state)
 
 
 class LocalRuntime:
