@@ -60,6 +60,9 @@ class TrainConfig(StrictModel):
                             "identical observation (anchor states).")
     reward: Literal["individual", "team"] = Field(
         "individual", description="team: every agent gets the team's mean reward (MAGRPO).")
+    reward_scales: dict[str, float] = Field(
+        default_factory=dict, description="Per-seat reward multipliers (e.g. {agent_1: 10}): "
+                                          "agents with different reward scales, as in Dr. MAS.")
     gamma: float = Field(1.0, ge=0.0, le=1.0, description="Discount for turn_level credit.")
     rae_decay: float = Field(0.95, gt=0.0, lt=1.0)
     group_size: int = Field(8, ge=2, description="G: games per group.")

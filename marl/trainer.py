@@ -64,6 +64,10 @@ def check_compatible(cfg: TeamConfig) -> None:
         raise TrainingError("league opponents need a two-seat game")
     if not trainable_hosts(cfg):
         raise TrainingError("no trainable role: give a role with backend hf an `adapter`")
+    unknown = sorted(set(tc.reward_scales) - set(seats))
+    if unknown:
+        raise TrainingError(f"train.reward_scales names {unknown}; the seats of "
+                            f"{cfg.game.name} are {', '.join(seats)}")
     for a in tc.league.anchors:
         if a not in bot_names(cfg.game.name) and not Path(a).is_dir():
             raise TrainingError(f"league anchor {a!r} is neither a bot of {cfg.game.name} "
@@ -115,9 +119,9 @@ class Trainer:
 
     # ----- samples and advantages
     def _reward(self, ep: Episode, turn: Turn) -> float:
-        if self.tc.reward == "team":
-            return float(np.mean(list(ep.returns.values())))
-        return ep.returns[turn.agent]
+        base = (float(np.mean(list(ep.returns.values()))) if self.tc.reward == "team"
+                else ep.returns[turn.agent])
+        return base * self.tc.reward_scales.get(turn.agent, 1.0)
 
     def samples(self, episodes: list[Episode], specs: list[EpisodeSpec]
                 ) -> tuple[list[tuple[Episode, Turn]], Samples]:
@@ -131,7 +135,8 @@ class Trainer:
             rewards=[self._reward(ep, t) for ep, t in rows], groups=groups,
             agents=[t.agent if tc.agent_key == "seat" else t.role for _, t in rows],
             games=[ep.game for ep, _ in rows], roles=[t.role for _, t in rows],
-            episodes=[ep.index for ep, _ in rows], turn_rewards=[t.reward for _, t in rows])
+            episodes=[ep.index for ep, _ in rows],
+            turn_rewards=[t.reward * tc.reward_scales.get(t.agent, 1.0) for _, t in rows])
 
     def items(self, rows: list[tuple[Episode, Turn]], adv: Advantages
               ) -> dict[str, list[TrainItem]]:
