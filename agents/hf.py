@@ -154,7 +154,7 @@ class ModelHost:
         if lcp:
             head = torch.tensor([seqs[0][:lcp]], device=self.device)
             out = self.model(input_ids=head, use_cache=True)
-            cache = out.get("cache", out.get("past_key_values"))
+            cache = out["cache"] if "cache" in out else out["past_key_values"]
             cache.batch_repeat_interleave(len(seqs))
             cached = {self._cache_kw: cache}
         rests = [s[lcp:] for s in seqs]
