@@ -187,7 +187,11 @@ TopologyKind = Literal["chain", "star", "complete", "debate", "layered", "explic
 
 
 class TopologyConfig(StrictModel):
-    """Who talks to whom inside a round, between role names."""
+    """Who talks to whom inside a round, between role names, and who decides.
+
+    ``explicit`` edges may also name agent instances (``solver_1``), and ``temporal_edges``
+    lists round-to-round edges exactly: that is how a learned graph is written back as YAML.
+    """
 
     kind: TopologyKind = Field("chain", description="Communication graph shape.")
     rounds: int = Field(1, ge=1, description="Communication rounds per turn.")
@@ -196,14 +200,28 @@ class TopologyConfig(StrictModel):
     layers: list[list[str]] | None = Field(
         None, min_length=1, description="Role names per layer; required for layered only.")
     edges: list[tuple[str, str]] | None = Field(
-        None, min_length=1, description="[src, dst] role pairs; required for explicit only.")
+        None, description="[src, dst] pairs of roles or agents, within a round; required for "
+                          "explicit only.")
+    temporal_edges: list[tuple[str, str]] | None = Field(
+        None, description="explicit only: [src, dst] pairs of roles or agents from round t-1 "
+                          "to round t (self-loops allowed); default: from the sinks of `edges` "
+                          "back to their sources.")
+    final: str | None = Field(
+        None, description="The role (with one agent) or agent whose last answer is the team's "
+                          "(decision 'final'); default: the last to speak in the last round.")
+    decision: Literal["final", "vote"] = Field(
+        "final", description="final: the final agent decides; vote: majority vote over every "
+                             "agent's last-round answer.")
+    prune: bool = Field(False, description="Drop agents that never reach the decision instead "
+                                           "of rejecting the topology (learned graphs do).")
 
     @model_validator(mode="after")
     def _kind_fields(self) -> TopologyConfig:
         problems: list[PathProblem] = []
-        for field, kind in (("hub", "star"), ("layers", "layered"), ("edges", "explicit")):
+        for field, kind in (("hub", "star"), ("layers", "layered"), ("edges", "explicit"),
+                            ("temporal_edges", "explicit")):
             given = getattr(self, field) is not None
-            if self.kind == kind and not given:
+            if self.kind == kind and not given and field != "temporal_edges":
                 problems.append(((field,), f"required when kind is {kind!r}"))
             elif self.kind != kind and given:
                 problems.append(((field,), f"only allowed when kind is {kind!r} "
@@ -214,6 +232,9 @@ class TopologyConfig(StrictModel):
         for i, (src, dst) in enumerate(self.edges or []):
             if src == dst:
                 problems.append((("edges", i), f"self-loop {src!r} -> {dst!r}"))
+        if self.decision == "vote" and self.final is not None:
+            problems.append((("final",), "only allowed when decision is 'final' (a vote has "
+                                         "no final agent)"))
         raise_problems(problems)
         return self
 
@@ -226,7 +247,15 @@ class TopologyConfig(StrictModel):
             refs += [(("layers", i, j), name) for j, name in enumerate(layer)]
         for i, edge in enumerate(self.edges or []):
             refs += [(("edges", i, j), name) for j, name in enumerate(edge)]
+        for i, edge in enumerate(self.temporal_edges or []):
+            refs += [(("temporal_edges", i, j), name) for j, name in enumerate(edge)]
+        if self.final is not None:
+            refs.append((("final",), self.final))
         return refs
+
+
+#: Topology fields that may name an agent instance (``solver_1``) as well as a role.
+_AGENT_REFS = ("edges", "temporal_edges", "final")
 
 
 class GameConfig(StrictModel):
@@ -293,8 +322,9 @@ class TeamConfig(StrictModel):
                 problems.append((path, f"role {ref!r} uses backend {other.backend!r} but this "
                                        f"role uses {r.backend!r}; shared weights live in one "
                                        "backend"))
+        agents = {a for r in self.roles for a in r.instance_names()}
         for rel, ref in self.topology.role_refs():
-            if ref not in by_name:
+            if ref not in by_name and not (rel[0] in _AGENT_REFS and ref in agents):
                 problems.append((("topology", *rel), f"unknown role {ref!r}; known roles: "
                                                      f"{self._known_roles()}"))
         seen: dict[str, int] = {}

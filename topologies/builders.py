@@ -13,7 +13,11 @@ complete          A[i] -> A[j] for i < j                      everyone -> everyo
 debate            none                                        everyone -> everyone (incl. self)
 layered           every agent of layer k -> of layer k+1      last layer -> first layer
 explicit          the config's [src, dst] role pairs          sinks -> sources of those edges
+                                                              (or ``temporal_edges`` if given)
 ================  ==========================================  ===============================
+
+``explicit`` pairs may name agent instances (``solver_1``) as well as roles, so a learned graph
+over instances is written back exactly (edges + temporal_edges).
 
 The temporal feedback of chain / layered / explicit (end of the round -> its start) lets a
 pipeline iterate: in round 2 the first agent reads the last agent's round-1 output.
@@ -134,11 +138,22 @@ def layered(cfg: TopologyConfig, team: TeamLayout) -> list[Edge]:
     return spatial + _all_to_all(layers[-1], layers[0], TEMPORAL)
 
 
+def _role_or_agent(name: str, team: TeamLayout, where: str) -> list[str]:
+    return [name] if name in team.agents and name not in team.roles else team.expand(name, where)
+
+
+def _pairs(pairs: Sequence[tuple[str, str]], team: TeamLayout, field: str,
+           kind: str) -> list[Edge]:
+    return [e for i, (src, dst) in enumerate(pairs)
+            for e in _all_to_all(_role_or_agent(src, team, f"topology.{field}[{i}][0]"),
+                                 _role_or_agent(dst, team, f"topology.{field}[{i}][1]"), kind)]
+
+
 @register_topology("explicit")
 def explicit(cfg: TopologyConfig, team: TeamLayout) -> list[Edge]:
-    spatial = [e for i, (src, dst) in enumerate(cfg.edges or [])
-               for e in _all_to_all(team.expand(src, f"topology.edges[{i}][0]"),
-                                    team.expand(dst, f"topology.edges[{i}][1]"), SPATIAL)]
+    spatial = _pairs(cfg.edges or [], team, "edges", SPATIAL)
+    if cfg.temporal_edges is not None:
+        return spatial + _pairs(cfg.temporal_edges, team, "temporal_edges", TEMPORAL)
     mentioned = {n for s, d, _k in spatial for n in (s, d)}
     return spatial + _feedback(spatial, [a for a in team.agents if a in mentioned])
 
@@ -169,8 +184,11 @@ def build_topology(cfg: TeamConfig, *, final: str | None = None,
                    strict: bool = True) -> Topology:
     """The team's configured topology over its agent instances.
 
-    ``final`` (an agent or single-instance role) is the decision agent; by default the last
-    agent to speak in the last round.  Raises :class:`TopologyError` with an actionable message.
+    ``final`` (an agent or single-instance role) is the decision agent; by default
+    ``topology.final``, else the last agent to speak in the last round.  ``strict`` is relaxed
+    by ``topology.prune`` and by ``decision: vote`` (every agent's last answer is used, not
+    only what reaches the final agent).  Raises :class:`TopologyError` with an actionable
+    message.
     """
     return topology_from_roles(cfg.topology, cfg.roles, final=final, strict=strict)
 
@@ -180,6 +198,8 @@ def topology_from_roles(cfg: TopologyConfig, roles: Sequence[RoleConfig], *,
     """:func:`build_topology` from its parts (a topology section and the roles)."""
     team = TeamLayout.from_roles(roles)
     edges = build_edges(cfg, team)
+    final = cfg.final if final is None else final
+    strict = strict and not cfg.prune and cfg.decision == "final"
     if final is not None:
         final = resolve_agent(final, team, "final")
     return Topology(team.agents, edges, rounds=cfg.rounds, final=final, strict=strict)
