@@ -43,7 +43,8 @@ class RayConfig(StrictModel):
 class LearnerConfig(StrictModel):
     backend: Literal["torch", "deepspeed"] = Field(
         "torch", description="deepspeed needs the deepspeed extra.")
-    zero_stage: int = Field(1, ge=0, le=3, description="DeepSpeed ZeRO stage.")
+    zero_stage: int = Field(1, ge=1, le=3, description="DeepSpeed ZeRO stage (no ZeRO: backend "
+                                                       "torch).")
     micro_batch: int = Field(16, ge=1, description="Sequences per forward/backward.")
 
 

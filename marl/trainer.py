@@ -15,7 +15,7 @@ exactly the steps it lost.
 
 from __future__ import annotations
 
-import json
+import importlib.util
 import random
 import time
 from collections import defaultdict
@@ -33,6 +33,7 @@ from marl.advantages import Advantages, RoleBaseline, Samples, make_estimator
 from marl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from marl.league import League
 from marl.learner import TrainItem
+from marl.loggers import open_loggers, unavailable
 from marl.runtime import LocalRuntime, RayRuntime, trainable_hosts
 from marl.workers import EpisodeSpec, derive_seed
 
@@ -72,6 +73,12 @@ def check_compatible(cfg: TeamConfig) -> None:
         if a not in bot_names(cfg.game.name) and not Path(a).is_dir():
             raise TrainingError(f"league anchor {a!r} is neither a bot of {cfg.game.name} "
                                 f"({', '.join(bot_names(cfg.game.name))}) nor a folder")
+    missing = unavailable(tc.loggers)
+    if missing:
+        raise TrainingError(missing)
+    if tc.learner.backend == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
+        raise TrainingError("train.learner.backend is deepspeed but DeepSpeed is not installed: "
+                            "pip install 'marl-teams[deepspeed]'")
 
 
 class Trainer:
@@ -92,12 +99,10 @@ class Trainer:
         self.step = 0
         self.bad_steps = 0
         self.runtime = runtime or (RayRuntime(cfg) if self.tc.ray.enabled else LocalRuntime(cfg))
-        self.metrics_path = run / "metrics.jsonl"
+        self.ckpt_metrics: dict | None = None  # the restored checkpoint's metrics line
         ckpt = latest_checkpoint(run) if resume else None
         if ckpt is not None:
             self._restore(ckpt)
-        elif not resume and self.metrics_path.exists():
-            self.metrics_path.unlink()
 
     # ----- planning
     def plan(self, step: int) -> list[EpisodeSpec]:
@@ -250,21 +255,18 @@ class Trainer:
             self.estimator.baseline = dict(ck.state["rae"])
         self.runtime.load(ck.weights, ck.optimizer_states)
         self.runtime.publish(ck.weights, dict(self.league.snapshots))
-        # keep the lines up to the checkpoint (later steps are replayed), and the checkpoint's
-        # own line if the kill came before it was written
-        text = self.metrics_path.read_text() if self.metrics_path.exists() else ""
-        keep = [ln for ln in text.splitlines()
-                if ln.strip() and json.loads(ln)["step"] <= ck.step]
-        if ck.state.get("metrics") and not any(json.loads(ln)["step"] == ck.step for ln in keep):
-            keep.append(json.dumps(ck.state["metrics"], default=_jsonable))
-        self.metrics_path.write_text("".join(ln + "\n" for ln in keep))
+        # the loggers drop what they hold after the checkpoint (those steps are replayed) and
+        # write its own line if the kill came before it was logged
+        self.ckpt_metrics = ck.state.get("metrics")
 
     # ----- the loop
     def fit(self, on_step: Callable[[StepResult], None] | None = None) -> list[dict]:
         tc = self.tc
         history = []
         deadline = time.monotonic() + 60 * tc.max_minutes if tc.max_minutes else float("inf")
-        with self.metrics_path.open("a") as log:
+        loggers = open_loggers(tc.loggers, self.run_dir, self.cfg, self.step, self.ckpt_metrics)
+        ok = False
+        try:
             while self.step < tc.steps:
                 res = self.train_step()
                 stop = self.bad_steps >= tc.max_bad_steps
@@ -273,8 +275,8 @@ class Trainer:
                     t = time.perf_counter()
                     self.checkpoint(res.metrics)
                     res.metrics["seconds"]["checkpoint"] = round(time.perf_counter() - t, 3)
-                log.write(json.dumps(res.metrics, default=_jsonable) + "\n")
-                log.flush()
+                for lg in loggers:
+                    lg.log(res.metrics)
                 if stop:
                     raise TrainingError(
                         f"{self.bad_steps} steps in a row had a non-finite loss or gradient "
@@ -284,10 +286,8 @@ class Trainer:
                     on_step(res)
                 if last:
                     break
+            ok = True
+        finally:
+            for lg in loggers:
+                lg.close(ok)
         return history
-
-
-def _jsonable(x):
-    if isinstance(x, np.generic):
-        return x.item()
-    raise TypeError(f"not JSON-able: {type(x)}")
