@@ -72,7 +72,13 @@ class LocalRuntime:
         data = cfg.model_dump(by_alias=True)
         self.roster = build_roster(cfg)
         self.worker = RolloutWorker(data, self.roster)
-        self.learners = {k: LearnerProcess(data, k, self.roster) for k in trainable_hosts(cfg)}
+        # ZeRO-3 partitions every parameter of the model its engine wraps and gathers them in
+        # hooks on the modules it saw, while the worker adds and drops league adapters on its
+        # model: the learners then get a model of their own, and the worker gets the weights
+        lc = cfg.train.learner if cfg.train else None
+        self.shared = not (lc and lc.backend == "deepspeed" and lc.zero_stage == 3)
+        roster = self.roster if self.shared else build_roster(cfg)
+        self.learners = {k: LearnerProcess(data, k, roster) for k in trainable_hosts(cfg)}
 
     def play(self, specs: list[EpisodeSpec], step: int, seed: int) -> list[Episode]:
         return self.worker.play(specs, step, seed)
@@ -81,7 +87,9 @@ class LocalRuntime:
         return {k: self.learners[k].update(v, seed) for k, v in items.items()}
 
     def publish(self, weights: Weights, snapshots: dict[str, Weights]) -> None:
-        self.worker.sync_snapshots(snapshots)  # the weights are shared already
+        if not self.shared:  # otherwise the worker's model is the learners'
+            self.worker.set_weights(weights)
+        self.worker.sync_snapshots(snapshots)
 
     def exploitability(self) -> float:
         return self.worker.exploitability()
