@@ -18,6 +18,8 @@ import importlib.util
 import json
 import netrc
 import os
+import secrets
+import string
 from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlparse
@@ -98,7 +100,9 @@ class WandbLogger:
 
         id_file = run_dir / self.ID_FILE
         resume = start_step > 0 and id_file.is_file()
-        run_id = id_file.read_text().strip() if resume else wandb.util.generate_id()
+        run_id = (id_file.read_text().strip() if resume else
+                  "".join(secrets.choice(string.ascii_lowercase + string.digits)
+                          for _ in range(8)))
         id_file.write_text(run_id + "\n")
         mode = None if os.environ.get("WANDB_MODE") else (
             "online" if wandb_has_api_key() else "offline")

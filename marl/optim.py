@@ -161,6 +161,11 @@ def start_deepspeed(device: torch.device):
                           "pip install 'marl-teams[deepspeed]'") from exc
     import torch.distributed as dist
     from deepspeed.accelerator import get_accelerator
+    from deepspeed.runtime.engine import DeepSpeedEngine
+
+    if not hasattr(DeepSpeedEngine, "managed_gradient_accumulation"):
+        raise ImportError(f"DeepSpeed {deepspeed.__version__} is too old for the learner, which "
+                          "needs unmanaged gradient accumulation: pip install 'deepspeed>=0.19.8'")
 
     logging.getLogger("DeepSpeed").setLevel(logging.WARNING)  # its INFO lines drown progress
     accel = get_accelerator()
@@ -214,8 +219,7 @@ class DeepSpeedAdamW:
         is m / (sqrt(v) + eps) = 0 and there is no weight decay); its step count is reset.
         """
         self.zero_grad()
-        self.engine.step()
-        if not math.isfinite(self.engine.get_global_grad_norm() or 0.0):
+        if not math.isfinite(self.step()):
             raise RuntimeError("DeepSpeed skipped the state-creating step")
         for st in self.client.state.values():
             st["step"].zero_()
@@ -247,7 +251,7 @@ class DeepSpeedAdamW:
         a new micro-batch begins, without which ZeRO-3 overwrites the gradient accumulated so far
         instead of adding to it; that is done right after each backward, which is the same point
         in the sequence."""
-        with self._grad_params():  # ZeRO-3 takes a gradient that doesn't require grad for 0
+        with self._grad_params():  # ZeRO-3 zeroes the gradient of params not requiring grad
             self.engine.backward(loss, scale_wrt_gas=False)
         self.zero.clear_backward_seen_flag()
 
