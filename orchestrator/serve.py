@@ -189,15 +189,23 @@ class _Handler(BaseHTTPRequestHandler):
                                  code="invalid_api_key"))
         return False
 
-    def _body(self) -> dict[str, Any]:
+    def _read_body(self) -> bytes:
+        """Read the whole body first, whatever the answer will be: on a kept-alive connection
+        an unread body would be parsed as the next request."""
         try:
             length = int(self.headers.get("Content-Length") or 0)
         except ValueError:
+            self.close_connection = True
             raise RequestError(400, "bad Content-Length") from None
         if length > MAX_BODY:
+            self.close_connection = True
             raise RequestError(413, f"request body over {MAX_BODY} bytes")
+        return self.rfile.read(length) if length > 0 else b""
+
+    @staticmethod
+    def _json_body(raw: bytes) -> dict[str, Any]:
         try:
-            body = json.loads(self.rfile.read(length) or b"null")
+            body = json.loads(raw or b"null")
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise RequestError(400, f"the body is not valid JSON: {exc}") from None
         if not isinstance(body, dict):
@@ -221,13 +229,18 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(RequestError(404, f"no route GET {path}", code="not_found"))
 
     def do_POST(self) -> None:  # noqa: N802 (stdlib naming)
+        try:
+            raw = self._read_body()
+        except RequestError as err:
+            self._error(err)
+            return
         if not self._authorized():
             return
         path = self.path.split("?", 1)[0].rstrip("/")
         try:
             if path != "/v1/chat/completions":
                 raise RequestError(404, f"no route POST {path}", code="not_found")
-            body = self._body()
+            body = self._json_body(raw)
             model = body.get("model", self.server.model_id)
             if model != self.server.model_id:
                 raise RequestError(404, f"model {model!r} is not served here; this server "

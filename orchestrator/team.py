@@ -31,7 +31,13 @@ from typing import TYPE_CHECKING, Any
 import networkx as nx
 
 from agents.agent import Agent
-from agents.builder import ROLE_BUILDERS, BuildContext, adapter_dir, system_prompt_for
+from agents.builder import (
+    ROLE_BUILDERS,
+    BuildContext,
+    adapter_dir,
+    host_key,
+    system_prompt_for,
+)
 from agents.hf import HFPolicy, ModelHost
 from agents.policy import Policy, Request, Response
 from configs import TeamConfig, load_config
@@ -331,6 +337,12 @@ class Team:
         agents: list[Agent] = []
         for k, role in enumerate(cfg.roles):
             policy = policies.get(role.name)
+            shared = hosts.get(host_key(cfg, role))
+            if policy is None and role.adapter is not None and shared is not None and (
+                    role.name in getattr(shared, "adapters", ())):
+                raise TeamError(f"role {role.name!r}: the shared model host already holds an "
+                                "adapter of that name (another team's role); give this team "
+                                "its own hosts")
             if policy is None:
                 if role.backend not in TEXT_BACKENDS:
                     raise TeamError(f"role {role.name!r} uses backend {role.backend!r}: the "
