@@ -29,14 +29,16 @@ def _series(rows: list[dict], pick) -> dict[str, tuple[list[int], list[float]]]:
 
 
 PANELS = {
-    "reward per agent": lambda r: [(k, v["reward"]) for k, v in r["agents"].items()],
-    "win rate per agent": lambda r: [(k, v["win_rate"]) for k, v in r["agents"].items()],
-    "gradient norm per agent": lambda r: [(k, v) for lr in r["learner"].values()
+    "reward per agent": lambda r: [(k, v["reward"]) for k, v in r.get("agents", {}).items()],
+    "win rate per agent": lambda r: [(k, v["win_rate"])
+                                     for k, v in r.get("agents", {}).items()],
+    "gradient norm per agent": lambda r: [(k, v) for lr in r.get("learner", {}).values()
                                           for k, v in lr["agent_grad_norms"].items()],
-    "KL / entropy": lambda r: [(f"{k} {m}", lr[m]) for k, lr in r["learner"].items()
+    "KL / entropy": lambda r: [(f"{k} {m}", lr[m]) for k, lr in r.get("learner", {}).items()
                                for m in ("kl", "entropy")],
     "evaluation": lambda r: list(r.get("eval", {}).items()),
-    "parse-error rate": lambda r: [("parse errors", r["parse_error_rate"])],
+    "parse-error rate": lambda r: ([("parse errors", r["parse_error_rate"])]
+                                   if "parse_error_rate" in r else []),
 }
 
 

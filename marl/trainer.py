@@ -267,6 +267,9 @@ class Trainer:
         loggers = open_loggers(tc.loggers, self.run_dir, self.cfg, self.step, self.ckpt_metrics)
         ok = False
         try:
+            if self.step == 0 and self.exact_eval:  # the curve starts at the untrained policy
+                for lg in loggers:
+                    lg.log({"step": 0, "eval": {"exploitability": self.runtime.exploitability()}})
             while self.step < tc.steps:
                 res = self.train_step()
                 stop = self.bad_steps >= tc.max_bad_steps

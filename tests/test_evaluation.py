@@ -55,3 +55,17 @@ def test_checkpoint_folder_and_bad_targets(tmp_path: Path) -> None:
     assert code == 2 and "exact tree" in out
     code, out = run("eval", "exploitability", str(tmp_path / "missing"))
     assert code == 2 and "neither a bot" in out
+
+
+def test_training_logs_exploitability_from_the_untrained_policy_on(tmp_path: Path) -> None:
+    from configs import load_config_text
+    from marl.trainer import Trainer
+
+    text = TINY.read_text() + ("train: {steps: 2, group_size: 2, groups_per_step: 2, "
+                               "eval_every: 2, ray: {enabled: false}}\n")
+    Trainer(load_config_text(text), tmp_path / "run").fit()
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    rows = [json.loads(ln) for ln in lines]
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    assert "eval" in rows[0] and "eval" not in rows[1] and "eval" in rows[2]
+    assert 0 < rows[0]["eval"]["exploitability"] < 2
