@@ -250,6 +250,8 @@ def train_cmd(
     address: Annotated[str | None, typer.Option(help="Ray cluster address (default: the "
                                                      "config's, else a local Ray).")] = None,
     steps: Annotated[int | None, typer.Option(help="Override train.steps.")] = None,
+    max_minutes: Annotated[float | None, typer.Option(
+        help="Override train.max_minutes (wall-clock budget).")] = None,
 ) -> None:
     """Train the team's adapters with multi-agent GRPO; metrics in OUT/metrics.jsonl."""
     _quiet_transformers()
@@ -264,12 +266,15 @@ def train_cmd(
     cfg = load_team(config)
     if cfg.train is None:
         fail(f"{config}: no `train` section (see docs/schema.json)")
-    if steps is not None or address is not None:
-        tc = cfg.train.model_copy(update={"steps": steps or cfg.train.steps})
-        if address is not None:
-            tc = tc.model_copy(update={"ray": tc.ray.model_copy(update={"address": address,
-                                                                       "enabled": True})})
-        cfg = cfg.model_copy(update={"train": tc})
+    tc = cfg.train
+    if steps is not None:
+        tc = tc.model_copy(update={"steps": steps})
+    if max_minutes is not None:
+        tc = tc.model_copy(update={"max_minutes": max_minutes})
+    if address is not None:
+        tc = tc.model_copy(update={"ray": tc.ray.model_copy(update={"address": address,
+                                                                   "enabled": True})})
+    cfg = cfg.model_copy(update={"train": tc})
     console = Console()
     try:
         with console.status("Starting the trainer (models, workers)..."):
