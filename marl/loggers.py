@@ -48,9 +48,10 @@ class JsonlLogger:
     def __init__(self, run_dir: Path, cfg: TeamConfig, start_step: int,
                  last: dict | None = None) -> None:
         """``last``: the metrics saved with the checkpoint at ``start_step``, written if the
-        run died after the checkpoint but before its line."""
+        run died after the checkpoint but before its line.  A start at step 0 keeps nothing:
+        even a step-0 line (the untrained policy's evaluation) is logged again."""
         self.path = run_dir / "metrics.jsonl"
-        text = self.path.read_text() if self.path.exists() else ""
+        text = self.path.read_text() if self.path.exists() and start_step > 0 else ""
         keep = [ln for ln in text.splitlines()
                 if ln.strip() and json.loads(ln)["step"] <= start_step]
         if (last is not None and last["step"] == start_step

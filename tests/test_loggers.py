@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from configs import load_config_text
-from marl.loggers import flatten, unavailable, wandb_has_api_key
+from marl.loggers import JsonlLogger, flatten, unavailable, wandb_has_api_key
 from marl.trainer import Trainer, TrainingError
 
 TEAM = """\
@@ -41,6 +41,25 @@ def test_flatten_keeps_numbers_under_slash_paths() -> None:
          "learner": {"tiny": {"loss": 0.5, "agent_grad_norms": {"p/p_0": 1.0}}}}
     assert flatten(m) == {"step": 3, "skipped": False, "learner/tiny/loss": 0.5,
                           "learner/tiny/agent_grad_norms/p/p_0": 1.0}
+
+
+def test_jsonl_keeps_the_lines_a_resume_does_not_replay(tmp_path: Path) -> None:
+    cfg = load_config_text(TEAM.format(steps=4))
+    path = tmp_path / "metrics.jsonl"
+
+    def steps() -> list[int]:
+        return [json.loads(ln)["step"] for ln in path.read_text().splitlines()]
+
+    path.write_text("".join(json.dumps({"step": s}) + "\n" for s in [0, 1, 3]))
+    # resumed at the step-2 checkpoint, killed before its line: 3 goes, 2 comes from `last`
+    lg = JsonlLogger(tmp_path, cfg, start_step=2, last={"step": 2, "loss": 0.5})
+    lg.log({"step": 3})
+    lg.close()
+    assert steps() == [0, 1, 2, 3]
+    JsonlLogger(tmp_path, cfg, start_step=3, last={"step": 3}).close()  # nothing to add
+    assert steps() == [0, 1, 2, 3]
+    JsonlLogger(tmp_path, cfg, start_step=0).close()  # a fresh run logs its step 0 again
+    assert steps() == []
 
 
 @pytest.fixture()
