@@ -400,16 +400,17 @@ class Team:
         """The executable plan of ``topology`` (default: the team's) under the team's decision
         rule; cached for the last few topologies (a trainer samples one per episode)."""
         topology = self.topology if topology is None else topology
-        plan = self._plans.get(id(topology))
-        if plan is None or plan.topology is not topology:
-            if set(topology.agents) != set(self.agents):
-                raise TopologyError(f"the topology's agents ({', '.join(topology.agents)}) are "
-                                    f"not the team's ({', '.join(self.agents)})")
-            plan = Plan.of(topology, self.decision)
-            self._plans[id(topology)] = plan
-            while len(self._plans) > 64:
-                self._plans.popitem(last=False)
-        return plan
+        with self._lock:
+            plan = self._plans.get(id(topology))
+            if plan is None or plan.topology is not topology:
+                if set(topology.agents) != set(self.agents):
+                    raise TopologyError(f"the topology's agents ({', '.join(topology.agents)}) "
+                                        f"are not the team's ({', '.join(self.agents)})")
+                plan = Plan.of(topology, self.decision)
+                self._plans[id(topology)] = plan
+                while len(self._plans) > 64:
+                    self._plans.popitem(last=False)
+            return plan
 
     def _context(self, plan: Plan, node: Node, view: TaskView, views: Mapping[str, str],
                  received: Sequence[Heard]) -> NodeContext:
@@ -434,13 +435,13 @@ class Team:
             topologies = [self.topology if topologies is None else topologies] * len(tasks)
         if len(topologies) != len(tasks):
             raise TeamError(f"{len(topologies)} topologies for {len(tasks)} tasks")
-        jobs = []
-        for i, (task, topo) in enumerate(zip(tasks, topologies, strict=True)):
-            view, plan = as_task_view(task), self.plan(topo)
-            jobs.append(_Job(i, view, plan, assign_views(view.views, plan.agents)))
-        if not jobs:
+        if not tasks:
             return []
         with self._lock:
+            jobs = []
+            for i, (task, topo) in enumerate(zip(tasks, topologies, strict=True)):
+                view, plan = as_task_view(task), self.plan(topo)
+                jobs.append(_Job(i, view, plan, assign_views(view.views, plan.agents)))
             for k in range(max(len(j.plan.generations) for j in jobs)):
                 groups: dict[int, tuple[Policy, list[tuple[_Job, Node]]]] = {}
                 for job in jobs:

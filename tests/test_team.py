@@ -26,6 +26,7 @@ from configs import TeamConfig, load_config, load_config_text
 from games.tasks import make_task
 from marl.checkpoint import save_checkpoint
 from marl.cli import app
+from orchestrator.export import ExportError, export_run
 from orchestrator.team import (
     Plan,
     Team,
@@ -385,6 +386,24 @@ def test_export_writes_a_self_contained_team(exported: Path, trained_run: Path) 
     assert "```mermaid" in card and "3 of 6 candidate edges kept" in card
     again = CliRunner().invoke(app, ["export", str(trained_run), "--out", str(exported)])
     assert again.exit_code == 2 and "not empty" in again.output
+
+
+def test_export_of_a_checkpoint_keeps_the_configured_topology(tmp_path: Path) -> None:
+    cfg = tiny(example("solver_critic_judge"))
+    team = Team.from_config(cfg)
+    weights = {r: team.agents[r].policy.host.adapter_weights(r) for r in ("solver", "critic")}
+    ck = save_checkpoint(tmp_path / "run", 3, cfg, weights, {}, {}, {"league": {}})
+    out = export_run(ck, tmp_path / "out")
+    exported = load_config(out / "team.yaml")
+    assert exported.topology == cfg.topology and exported.roles == cfg.roles
+    assert not (out / "topology.safetensors").exists()
+    assert "No metrics.jsonl" in (out / "README.md").read_text()
+    assert json.loads((out / "export.json").read_text())["topology"] == "configured"
+    loaded = Team.load(out)
+    assert loaded.topology == team.topology
+    assert loaded.run("What is 1 + 2?").answer == team.run("What is 1 + 2?").answer
+    with pytest.raises(ExportError, match="no team.yaml"):
+        export_run(tmp_path, tmp_path / "other")
 
 
 def test_topology_show_draws_learned_probabilities(exported: Path, tmp_path: Path) -> None:
