@@ -150,7 +150,8 @@ def export_run(source: str | Path, out: str | Path, *, overwrite: bool = False,
             "training": summary,
         }
         (tmp / "export.json").write_text(json.dumps(manifest, indent=1) + "\n")
-        (tmp / "README.md").write_text(model_card(resolved, topology, manifest, learned))
+        (tmp / "README.md").write_text(model_card(resolved, topology, manifest, learned,
+                                                  threshold))
         load_config(tmp / "team.yaml")  # what we wrote must load
         if out.exists():
             shutil.rmtree(out)
@@ -183,7 +184,7 @@ def _fmt(x: Any) -> str:
 
 
 def model_card(cfg: TeamConfig, topology: Topology, manifest: dict[str, Any],
-               learned: LearnableTopology | None = None) -> str:
+               learned: LearnableTopology | None = None, threshold: float = 0.5) -> str:
     """A short README: what the team is, its graph, how it trained, how to use it."""
     t = cfg.topology
     lines = ["---", "library_name: peft", "tags: [marl-teams, multi-agent, lora]", "---", "",
@@ -207,7 +208,7 @@ def model_card(cfg: TeamConfig, topology: Topology, manifest: dict[str, Any],
     if learned is not None:
         kept = len(topology.edges)
         lines.append(f"Learned: {kept} of {len(learned.candidates)} candidate edges kept "
-                     f"(p > 0.5 after {learned.steps} updates); probabilities in "
+                     f"(p > {threshold:g} after {learned.steps} updates); probabilities in "
                      f"`{TOPOLOGY_FILE}`.")
     if topology.pruned_agents:
         lines.append(f"Never consulted (pruned): {', '.join(topology.pruned_agents)}.")
