@@ -186,6 +186,9 @@ def play_cmd(
     mode: Annotated[str | None, typer.Option(
         help="Decoding mode of every hf/vllm role: free or choice (default: each role's)."
     )] = None,
+    temperature: Annotated[float | None, typer.Option(
+        min=0.0, help="Sampling temperature of every hf/vllm role, 0 = greedy (default: each "
+        "role's; a choice-mode temperature is often too hot for free text).")] = None,
 ) -> None:
     """Play the team's game and print wins/draws/losses per seat and the parse-error rate."""
     _quiet_transformers()
@@ -208,11 +211,12 @@ def play_cmd(
             fail(f"unknown game {game!r}; known: {', '.join(games.names())}")
         cfg = cfg.model_copy(update={"game": cfg.game.model_copy(update={"name": game,
                                                                           "kwargs": {}})})
-    if mode is not None:
-        if mode not in ("free", "choice"):
-            fail(f"--mode must be free or choice, got {mode!r}")
+    if mode is not None and mode not in ("free", "choice"):
+        fail(f"--mode must be free or choice, got {mode!r}")
+    decoding = {k: v for k, v in (("mode", mode), ("temperature", temperature)) if v is not None}
+    if decoding:
         cfg = cfg.model_copy(update={"roles": [
-            r.model_copy(update={"decoding": r.decoding.model_copy(update={"mode": mode})})
+            r.model_copy(update={"decoding": r.decoding.model_copy(update=decoding)})
             if r.backend in ("hf", "vllm") else r for r in cfg.roles]})
     console = Console()
     try:

@@ -1,4 +1,4 @@
-"""`marl play` end to end on the tiny model: decoding-mode override, bots, counted parse errors."""
+"""`marl play` end to end on the tiny model: decoding overrides, bots, counted parse errors."""
 
 from __future__ import annotations
 
@@ -13,17 +13,17 @@ from marl.cli import app
 TINY = Path(__file__).parents[1] / "configs" / "tiny_test.yaml"
 
 
-@pytest.mark.parametrize(("game", "mode", "against"), [
-    ("kuhn_poker", "free", "random"),
-    ("tic_tac_toe", "free", "optimal"),
-    ("tic_tac_toe", "choice", "random"),
+@pytest.mark.parametrize(("game", "mode", "against", "extra"), [
+    ("kuhn_poker", "free", "random", ["--temperature", "0.7"]),
+    ("tic_tac_toe", "free", "optimal", []),
+    ("tic_tac_toe", "choice", "random", ["--temperature", "0"]),
 ])
 def test_play_runs_to_the_end_in_either_mode(tmp_path: Path, game: str, mode: str,
-                                             against: str) -> None:
+                                             against: str, extra: list[str]) -> None:
     out = tmp_path / "t.jsonl"
     result = CliRunner().invoke(app, ["play", str(TINY), "--game", game, "--mode", mode,
                                       "--against", against, "--episodes", "4",
-                                      "--concurrency", "4", "--out", str(out)])
+                                      "--concurrency", "4", "--out", str(out), *extra])
     assert result.exit_code == 0, result.output
     assert "parse errors" in result.output
     episodes = [json.loads(line) for line in out.read_text().splitlines()]
@@ -40,3 +40,8 @@ def test_play_rejects_an_unknown_mode() -> None:
     result = CliRunner().invoke(app, ["play", str(TINY), "--mode", "greedy"])
     assert result.exit_code == 2
     assert "--mode must be free or choice" in result.output
+
+
+def test_play_rejects_a_negative_temperature() -> None:
+    result = CliRunner().invoke(app, ["play", str(TINY), "--temperature", "-1"])
+    assert result.exit_code == 2
