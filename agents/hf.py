@@ -22,6 +22,17 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from agents.policy import Request, Response, choose, register_backend
 
 
+def left_pad(prompts: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded ids and attention mask: generation continues every row at the same column."""
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p):] = torch.tensor(p)
+        mask[i, width - len(p):] = 1
+    return ids, mask
+
+
 def _common_prefix(seqs: list[list[int]]) -> int:
     """Length of the longest common prefix, leaving every sequence at least one own token."""
     n = min(len(s) for s in seqs) - 1
@@ -235,12 +246,8 @@ class ModelHost:
         """
         pad = self.tokenizer.pad_token_id
         eos = self.tokenizer.eos_token_id
-        width = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for i, p in enumerate(prompts):
-            ids[i, width - len(p):] = torch.tensor(p)
-            mask[i, width - len(p):] = 1
+        ids, mask = left_pad(prompts, pad)
+        width = ids.shape[1]
         greedy = temperature <= 0
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)

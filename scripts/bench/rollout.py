@@ -116,16 +116,13 @@ def bare_generate(roster, prompts: list[list[int]], seed: int) -> Rate:
     """One ``model.generate`` call on the left-padded prompts, nothing else timed."""
     import torch
 
+    from agents.hf import left_pad
+
     host = next(iter(roster.hosts.values()))
     pol = roster.policies["player"]
     tok = host.tokenizer
     pad, eos = tok.pad_token_id, tok.eos_token_id
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(prompts), width), dtype=torch.long)
-    for i, p in enumerate(prompts):
-        ids[i, width - len(p):] = torch.tensor(p)
-        mask[i, width - len(p):] = 1
+    ids, mask = left_pad(prompts, pad)
     with host.use(pol.adapter), torch.no_grad(), torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         t0, c0 = time.perf_counter(), time.process_time()
@@ -135,7 +132,7 @@ def bare_generate(roster, prompts: list[list[int]], seed: int) -> Rate:
                                   pad_token_id=pad, eos_token_id=eos)
         seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     tokens = 0
-    for row in out[:, width:].tolist():
+    for row in out[:, ids.shape[1]:].tolist():
         tokens += row.index(eos) + 1 if eos in row else len(row)
     return Rate(tokens, seconds, cpu, turns=len(prompts))
 
