@@ -114,12 +114,16 @@ def _records(path: Path) -> list[bytes]:
 
 def _history(run_dir: Path) -> dict[int, dict]:
     """step -> the metrics of every offline W&B run in ``run_dir`` (later runs win)."""
+    from google.protobuf.message import DecodeError
     from wandb.proto import wandb_internal_pb2
 
     steps: dict[int, dict] = {}
     for f in sorted(run_dir.glob("wandb/offline-run-*/run-*.wandb")):
         for raw in _records(f):
-            rec = wandb_internal_pb2.Record.FromString(raw)
+            try:
+                rec = wandb_internal_pb2.Record.FromString(raw)
+            except DecodeError:  # a record wandb-core was still writing; history is checked below
+                continue
             if rec.WhichOneof("record_type") != "history":
                 continue
             row = {("/".join(it.nested_key) or it.key): json.loads(it.value_json)
