@@ -19,6 +19,8 @@ import torch
 
 pytest.importorskip("deepspeed")
 
+from helpers import tiny_team  # noqa: E402
+
 from agents.hf import ModelHost  # noqa: E402
 from agents.models import load_model  # noqa: E402
 from configs import load_config_text  # noqa: E402
@@ -136,16 +138,6 @@ def test_half_precision_only_on_a_gpu() -> None:
 # --- through the trainer -----------------------------------------------------------------
 
 KUHN_LEAGUE = """\
-schema: marl-teams/v1
-name: t
-roles:
-  - name: player
-    count: 2
-    model: tiny-random
-    adapter: {{r: 4, alpha: 8}}
-    decoding: {{mode: choice}}
-game: {{name: kuhn_poker}}
-train:
   steps: {steps}
   group_size: 4
   groups_per_step: 2
@@ -158,7 +150,7 @@ train:
 
 def _run(tmp_path: Path, name: str, backend: str, resume: bool = False, steps: int = 3
          ) -> list[dict]:
-    text = KUHN_LEAGUE.format(steps=steps)
+    text = tiny_team("kuhn_poker", KUHN_LEAGUE.format(steps=steps))
     if backend == "ds":
         text += "  learner: {backend: deepspeed, zero_stage: 1}\n"
     Trainer(load_config_text(text), tmp_path / name, resume=resume).fit()

@@ -10,22 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import tiny_team
 
 from configs import load_config_text
 from marl.loggers import JsonlLogger, flatten, unavailable, wandb_has_api_key
 from marl.trainer import Trainer, TrainingError
 
-TEAM = """\
-schema: marl-teams/v1
-name: t
-roles:
-  - name: player
-    count: 2
-    model: tiny-random
-    adapter: {{r: 4, alpha: 8}}
-    decoding: {{mode: choice}}
-game: {{name: kuhn_poker}}
-train:
+TRAIN = """\
   steps: {steps}
   group_size: 4
   groups_per_step: 2
@@ -44,7 +35,7 @@ def test_flatten_keeps_numbers_under_slash_paths() -> None:
 
 
 def test_jsonl_keeps_the_lines_a_resume_does_not_replay(tmp_path: Path) -> None:
-    cfg = load_config_text(TEAM.format(steps=4))
+    cfg = load_config_text(tiny_team("kuhn_poker", TRAIN.format(steps=4)))
     path = tmp_path / "metrics.jsonl"
 
     def steps() -> list[int]:
@@ -133,7 +124,8 @@ def _history(run_dir: Path) -> dict[int, dict]:
 
 
 def _run(run: Path, steps: int, resume: bool = False) -> list[dict]:
-    Trainer(load_config_text(TEAM.format(steps=steps)), run, resume=resume).fit()
+    cfg = load_config_text(tiny_team("kuhn_poker", TRAIN.format(steps=steps)))
+    Trainer(cfg, run, resume=resume).fit()
     return [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
 
 
@@ -167,5 +159,5 @@ def test_missing_wandb_fails_before_any_compute(tmp_path: Path,
     monkeypatch.setitem(sys.modules, "wandb", None)  # what `import wandb` sees uninstalled
     assert "pip install 'marl-teams[wandb]'" in unavailable(["jsonl", "wandb"])
     with pytest.raises(TrainingError, match=r"^train.loggers has 'wandb' but wandb is not "):
-        Trainer(load_config_text(TEAM.format(steps=1)), tmp_path / "run")
+        Trainer(load_config_text(tiny_team("kuhn_poker", TRAIN.format(steps=1))), tmp_path / "run")
     assert not (tmp_path / "run").exists()

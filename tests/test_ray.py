@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import ray
+from helpers import tiny_team
 from ray.cluster_utils import Cluster
 
 from configs import load_config_text
@@ -20,23 +21,13 @@ pytestmark = pytest.mark.slow
 
 
 def team(ray_section: str, groups: int = 4) -> str:
-    return f"""\
-schema: marl-teams/v1
-name: t
-roles:
-  - name: player
-    count: 2
-    model: tiny-random
-    adapter: {{r: 4}}
-    decoding: {{mode: choice}}
-game: {{name: kuhn_poker}}
-train:
+    return tiny_team("kuhn_poker", f"""\
   steps: 1
   group_size: 8
   groups_per_step: {groups}
   concurrency: 8
   ray: {ray_section}
-"""
+""")
 
 
 def summary(episodes) -> list:

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import tiny_team
 
 import games
 from configs import load_config_text
@@ -125,18 +126,7 @@ class GuessBlue(TextGame):
 
 
 def team(game: str, train: str, count: int = 1, extra: str = "") -> str:
-    return f"""\
-schema: marl-teams/v1
-name: t
-roles:
-  - name: player
-    count: {count}
-    model: tiny-random
-    adapter: {{r: 4, alpha: 8}}
-    decoding: {{mode: choice}}
-{extra}game: {{name: {game}}}
-train:
-{train}"""
+    return tiny_team(game, train, count, extra)
 
 
 LEARN = """\
