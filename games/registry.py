@@ -16,7 +16,7 @@ _PARALLEL: dict[str, Callable[..., ParallelEnv]] = {}
 T = TypeVar("T")
 
 
-def _register(table: dict[str, Any], kind: str, name: str) -> Callable[[T], T]:
+def register_in(table: dict[str, Any], kind: str, name: str) -> Callable[[T], T]:
     def deco(factory: T) -> T:
         if name in table and table[name] is not factory:
             raise ValueError(f"{kind} {name!r} is already registered")
@@ -26,7 +26,7 @@ def _register(table: dict[str, Any], kind: str, name: str) -> Callable[[T], T]:
     return deco
 
 
-def _make(table: dict[str, Callable[..., Any]], kind: str, name: str, kwargs: dict) -> Any:
+def make_from(table: dict[str, Callable[..., Any]], kind: str, name: str, kwargs: dict) -> Any:
     try:
         factory = table[name]
     except KeyError:
@@ -37,7 +37,7 @@ def _make(table: dict[str, Callable[..., Any]], kind: str, name: str, kwargs: di
 
 def register(name: str) -> Callable[[T], T]:
     """Class decorator: ``@register("kuhn_poker")`` makes ``games.make("kuhn_poker")`` work."""
-    return _register(_GAMES, "game", name)
+    return register_in(_GAMES, "game", name)
 
 
 def names() -> list[str]:
@@ -46,12 +46,12 @@ def names() -> list[str]:
 
 def make(name: str, **kwargs) -> AECEnv:
     """Build a registered game; an unknown name lists the known ones."""
-    return _make(_GAMES, "game", name, kwargs)
+    return make_from(_GAMES, "game", name, kwargs)
 
 
 def register_parallel(name: str) -> Callable[[T], T]:
     """``@register_parallel("rps")``: the simultaneous-move (``ParallelEnv``) form of a game."""
-    return _register(_PARALLEL, "parallel game", name)
+    return register_in(_PARALLEL, "parallel game", name)
 
 
 def parallel_names() -> list[str]:
@@ -60,4 +60,4 @@ def parallel_names() -> list[str]:
 
 def make_parallel(name: str, **kwargs) -> ParallelEnv:
     """Build a registered parallel form; an unknown name lists the known ones."""
-    return _make(_PARALLEL, "parallel game", name, kwargs)
+    return make_from(_PARALLEL, "parallel game", name, kwargs)

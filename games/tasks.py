@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from games.base import TextGame
+from games.registry import make_from, register_in
 
 
 @runtime_checkable
@@ -101,14 +102,7 @@ _TASKS: dict[str, TaskGenerator] = {}
 
 def register_task(name: str) -> Callable[[TaskGenerator], TaskGenerator]:
     """Decorator on ``generate(seed, difficulty, **kwargs) -> Task``."""
-
-    def deco(generate: TaskGenerator) -> TaskGenerator:
-        if name in _TASKS and _TASKS[name] is not generate:
-            raise ValueError(f"task {name!r} is already registered")
-        _TASKS[name] = generate
-        return generate
-
-    return deco
+    return register_in(_TASKS, "task", name)
 
 
 def task_names() -> list[str]:
@@ -117,11 +111,7 @@ def task_names() -> list[str]:
 
 def make_task(name: str, seed: int, difficulty: int = 0, **kwargs: Any) -> Task:
     """Generate one instance of a registered task (deterministic in its arguments)."""
-    try:
-        generate = _TASKS[name]
-    except KeyError:
-        raise KeyError(f"unknown task {name!r}; known tasks: {', '.join(task_names())}") from None
-    return generate(seed, difficulty, **kwargs)
+    return make_from(_TASKS, "task", name, {"seed": seed, "difficulty": difficulty, **kwargs})
 
 
 # ----- base class of team games
