@@ -40,6 +40,7 @@ class Turn:
     completion_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     candidate_ids: list[list[int]] | None = None
+    choice: int | None = None  # index into candidate_ids (choice decoding)
     reward: float = 0.0
     seconds: float = 0.0
 
@@ -144,7 +145,8 @@ class RolloutEngine:
                     text=resp.text, action=action, parsed=action is not None,
                     legal=action in legal, prompt_ids=resp.prompt_ids,
                     completion_ids=resp.completion_ids, logprobs=resp.logprobs,
-                    candidate_ids=resp.candidate_ids, seconds=seconds)
+                    candidate_ids=resp.candidate_ids, choice=resp.choice,
+                    seconds=seconds)
         r.episode.turns.append(turn)
         r.last_turn[agent_id] = turn
         env.step(ILLEGAL if action is None else action)

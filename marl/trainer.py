@@ -89,12 +89,12 @@ class Trainer:
         assert self.tc is not None
         self.run_dir = run
         run.mkdir(parents=True, exist_ok=True)
-        self.seats = list(games.make(cfg.game.name, **cfg.game.kwargs).possible_agents)
+        env = games.make(cfg.game.name, **cfg.game.kwargs)
+        self.seats = list(env.possible_agents)
         self.estimator = make_estimator(self.tc.advantage, decay=self.tc.rae_decay,
                                         gamma=self.tc.gamma)
         self.league = League(self.tc.league, bot_names(cfg.game.name))
         self.trainable_roles = {r for roles in trainable_hosts(cfg).values() for r in roles}
-        env = games.make(cfg.game.name, **cfg.game.kwargs)
         self.exact_eval = self.tc.eval_every > 0 and hasattr(env, "root_state")
         self.step = 0
         self.bad_steps = 0
@@ -155,7 +155,7 @@ class Trainer:
                 adapter=t.role, agent=f"{t.role}/{t.agent}", prompt_ids=t.prompt_ids,
                 completion_ids=t.completion_ids, old_logprobs=t.logprobs, advantage=float(a),
                 candidate_ids=t.candidate_ids,
-                choice=t.candidate_ids.index(t.completion_ids) if t.candidate_ids else 0,
+                choice=t.choice or 0,
                 temperature=role.decoding.temperature or 1.0))
         return dict(out)
 
