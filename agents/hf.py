@@ -43,16 +43,50 @@ def _common_prefix(seqs: list[list[int]]) -> int:
     return max(n, 0)
 
 
+def share_plan(prompts: list[list[int]], completions: list[list[int]]) -> list[list[int]]:
+    """Split (prompt, completion) pairs into batches that minimise the tokens run.
+
+    ``sequence_stats`` runs a batch's common head once.  Prompts are clustered by their shared
+    head (prompts of one seat share the system prompt and rules); within a cluster, one batch
+    runs ``head + every pair's (own prompt tail + completion)``, while one batch per distinct
+    prompt runs ``each prompt + its completions``.  Many short completions of few long prompts
+    (tic-tac-toe's nine cells) favour the second; few completions of many similar prompts
+    (Kuhn's two moves over a long shared rules text) the first.  Returns lists of pair indices.
+    """
+    by_prompt: dict[tuple, list[int]] = {}
+    for i, p in enumerate(prompts):
+        by_prompt.setdefault(tuple(p), []).append(i)
+    clusters: list[list[tuple]] = []
+    for p in sorted(by_prompt):
+        if clusters and _common_prefix([list(clusters[-1][0]), list(p)]) >= 16:
+            clusters[-1].append(p)
+        else:
+            clusters.append([p])
+    plan = []
+    for cluster in clusters:
+        pairs = [i for p in cluster for i in by_prompt[p]]
+        head = _common_prefix([list(p) for p in cluster]) if len(cluster) > 1 else 0
+        together = head + sum(len(prompts[i]) - head + len(completions[i]) for i in pairs)
+        apart = sum(len(p) + sum(len(completions[i]) for i in by_prompt[p]) for p in cluster)
+        plan.extend([by_prompt[p] for p in cluster] if apart < together else [pairs])
+    return plan
+
+
 class ModelHost:
     """A base causal LM plus named LoRA adapters, with batched scoring and generation."""
 
     def __init__(self, model: torch.nn.Module, tokenizer) -> None:
-        self.model = model
+        self.model = model.eval()  # inference by default; the learner switches to train()
         self.tokenizer = tokenizer
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
         self.adapters: list[str] = []
         self.truncations = 0
+        # candidate scores of the current weights, by (active adapter, prompt, candidate):
+        # small games revisit a few states all the time; any weight change clears it
+        self._memo: dict[tuple, float] = {}
+        self._memo_weights: tuple[int, int] = (-1, -1)
+        self._active: str | None = None
         # transformers 5 renamed the KV-cache argument; older releases (vLLM pins one) differ
         forward = inspect.signature(type(model).forward).parameters
         self._cache_kw = "cache" if "cache" in forward else "past_key_values"
@@ -74,7 +108,8 @@ class ModelHost:
             if isinstance(self.model, PeftModel):
                 self.model.add_adapter(name, cfg)
             else:
-                self.model = get_peft_model(self.model, cfg, adapter_name=name)
+                self.model = get_peft_model(self.model, cfg, adapter_name=name).eval()
+                self._active = name
         self.adapters.append(name)
 
     def save_adapter(self, name: str, path: str | Path) -> None:
@@ -99,7 +134,8 @@ class ModelHost:
             self.model.load_adapter(str(path), adapter_name=name, is_trainable=trainable)
         else:
             self.model = PeftModel.from_pretrained(self.model, str(path), adapter_name=name,
-                                                   is_trainable=trainable)
+                                                   is_trainable=trainable).eval()
+            self._active = name
         self.adapters.append(name)
 
     @contextlib.contextmanager
@@ -110,13 +146,24 @@ class ModelHost:
                 raise KeyError(f"no adapter {adapter!r}: this model has none")
             yield
         elif adapter is None:
-            with self.model.disable_adapter():
-                yield
+            previous, self._active = self._active, None
+            try:
+                with self.model.disable_adapter():
+                    yield
+            finally:
+                self._active = previous
         else:
             if adapter not in self.adapters:
                 raise KeyError(f"no adapter {adapter!r}; known: {self.adapters}")
             self.model.set_adapter(adapter)
+            self._active = adapter
             yield
+
+    def _weights_version(self) -> tuple[int, int]:
+        """Changes whenever any parameter is written in place (optimizer steps, loading):
+        torch bumps a tensor's version counter on every in-place operation."""
+        params = list(self.model.parameters())
+        return len(params), sum(p._version for p in params)
 
     # ----- tokenisation
     def prompt_ids(self, messages: list[dict[str, str]],
@@ -196,9 +243,15 @@ class ModelHost:
                          ) -> list[torch.Tensor]:
         """``log p(candidate | prompt)`` (summed over its tokens) for each request's candidates.
 
-        Identical (prompt, candidate) pairs are computed once: in small games most decisions
-        repeat a few information states, so this cuts the work by an order of magnitude.
+        Identical (prompt, candidate) pairs are computed once, and outside training they are
+        remembered until a weight changes: in small games most decisions repeat a few
+        information states, so this cuts the work by an order of magnitude.
         """
+        memo = not torch.is_grad_enabled() and not self.model.training
+        version = self._weights_version()
+        if version != self._memo_weights or len(self._memo) > 200_000:
+            self._memo.clear()
+            self._memo_weights = version
         index: dict[tuple, int] = {}
         uniq_p: list[list[int]] = []
         uniq_c: list[list[int]] = []
@@ -206,15 +259,22 @@ class ModelHost:
         for p, cs in zip(prompts, candidates, strict=True):
             row = []
             for c in cs:
-                key = (tuple(p), tuple(c))
-                if key not in index:
+                key = (self._active, tuple(p), tuple(c))
+                if key not in index and not (memo and key in self._memo):
                     index[key] = len(uniq_p)
                     uniq_p.append(p)
                     uniq_c.append(c)
-                row.append(index[key])
+                row.append(key)
             rows.append(row)
-        flat = torch.stack([lp.sum() for lp in self.sequence_logprobs(uniq_p, uniq_c)])
-        return [flat[row] for row in rows]
+        new = torch.zeros(len(uniq_p), device=self.device)
+        for batch in share_plan(uniq_p, uniq_c):
+            per = self.sequence_logprobs([uniq_p[i] for i in batch], [uniq_c[i] for i in batch])
+            new = new.index_put((torch.tensor(batch, device=self.device),),
+                                torch.stack([lp.sum() for lp in per]))
+        if not memo:
+            return [new[[index[k] for k in row]] for row in rows]
+        self._memo.update({k: float(new[i]) for k, i in index.items()})
+        return [torch.tensor([self._memo[k] for k in row], device=self.device) for row in rows]
 
     def adapter_weights(self, name: str) -> dict[str, torch.Tensor]:
         """The adapter's tensors (CPU copies), keyed without the adapter name: what learners

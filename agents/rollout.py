@@ -14,7 +14,7 @@ are the agents' cumulative rewards.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
 from agents.agent import Agent
@@ -41,6 +41,7 @@ class Turn:
     logprobs: list[float] = field(default_factory=list)
     candidate_ids: list[list[int]] | None = None
     choice: int | None = None  # index into candidate_ids (choice decoding)
+    public: Hashable | None = None  # the game's public_state at the decision, if it has one
     reward: float = 0.0
     seconds: float = 0.0
 
@@ -136,6 +137,7 @@ class RolloutEngine:
     def _apply(self, r: _Running, agent_id: str, legal: list[int], resp: Response,
                seconds: float) -> None:
         env, agent = r.env, r.seats[agent_id]
+        public = env.public_state(agent_id)
         if resp.choice is not None:
             action: int | None = legal[resp.choice]
         else:
@@ -146,7 +148,7 @@ class RolloutEngine:
                     legal=action in legal, prompt_ids=resp.prompt_ids,
                     completion_ids=resp.completion_ids, logprobs=resp.logprobs,
                     candidate_ids=resp.candidate_ids, choice=resp.choice,
-                    seconds=seconds)
+                    public=public, seconds=seconds)
         r.episode.turns.append(turn)
         r.last_turn[agent_id] = turn
         env.step(ILLEGAL if action is None else action)

@@ -132,6 +132,15 @@ class TextGame(AECEnv):
         return self.possible_agents[(i + 1) % len(self.possible_agents)]
 
     # ----- public helpers used by agents, bots and analysis
+    def public_state(self, agent: str) -> Hashable | None:
+        """What ``agent`` knows minus its private information (poker: the betting and the
+        board, not its own card); ``None`` where the game hides nothing from anyone.
+
+        Decisions that share it differ only by private information, which lets a trainer
+        separate "this action is good here" from "this action is good with this card".
+        """
+        return None
+
     def state_key(self) -> Hashable | None:
         """A hashable key of the position (equal keys => same future under legal play).
 

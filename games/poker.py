@@ -200,6 +200,11 @@ class PokerGame(TextGame):
     def information_state(self, agent: str) -> str:
         return self.state.info_key(self.possible_agents.index(agent))
 
+    def public_state(self, agent: str) -> str:
+        """The information state with the agent's own card hidden: ``?:cb`` for ``K:cb``."""
+        key = self.information_state(agent)
+        return "?" + key[1:]
+
     def set_tree_state(self, state: PokerState) -> None:
         """Jump to a decision node of the exact tree (to show a policy every info state)."""
         if state.is_chance or state.is_terminal:

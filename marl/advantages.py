@@ -37,6 +37,8 @@ class Samples:
     roles: Sequence[str] = ()          # role name, for RAE
     episodes: Sequence[Hashable] = ()  # episode id, for turn-level credit
     turn_rewards: Sequence[float] = ()  # reward that arrived right after this turn
+    publics: Sequence[Hashable] = ()   # public state of the decision (None: nothing hidden)
+    actions: Sequence[Hashable] = ()   # the action taken
 
 
 @dataclass
@@ -109,6 +111,30 @@ def discounted_returns(s: Samples, gamma: float) -> np.ndarray:
 def turn_level_advantages(s: Samples, gamma: float = 1.0) -> Advantages:
     """MARS: per-turn discounted returns, normalised per player across the batch."""
     return _normalise(discounted_returns(s, gamma), list(s.agents))
+
+
+def remove_common_mode(adv: np.ndarray, s: Samples, fraction: float) -> np.ndarray:
+    """Subtract ``fraction`` of each action's mean advantage across private information.
+
+        A'_i = A_i - c * mean{ A_j : public_j = public_i, agent_j = agent_i, a_j = a_i }
+
+    A model that reads its card weakly gives "bet with J" and "bet with K" nearly the same
+    gradient, so the update follows the *sum* of their advantages (is betting good on
+    average?) and drifts card-blind to always-bet (REFERENCE.md section 9).  With c = 1 those
+    sums are zero in every public state, leaving only the part that depends on the private
+    information; c < 1 keeps some of the common signal.  Decisions with no public state
+    (games that hide nothing) are left as they are.
+    """
+    if fraction == 0 or not s.publics:
+        return adv
+    out = adv.astype(np.float64, copy=True)
+    cells: dict[Hashable, list[int]] = defaultdict(list)
+    for i, (pub, agent, action) in enumerate(zip(s.publics, s.agents, s.actions, strict=True)):
+        if pub is not None:
+            cells[(pub, agent, action)].append(i)
+    for idx in cells.values():
+        out[idx] -= fraction * adv[idx].mean()
+    return out
 
 
 ESTIMATORS: dict[str, Callable[..., Callable[[Samples], Advantages]]] = {

@@ -13,7 +13,7 @@ import torch
 import games
 from agents import Agent
 from agents.builder import build_roster
-from agents.hf import HFPolicy, ModelHost
+from agents.hf import HFPolicy, ModelHost, share_plan
 from agents.models import build_tiny_random
 from agents.openai_backend import OpenAIPolicy
 from agents.policy import Request, Response
@@ -211,3 +211,39 @@ def test_openai_backend_against_loopback_server(monkeypatch: pytest.MonkeyPatch)
         assert dead.act(reqs[:1])[0].text == "" and dead.errors == 1
     finally:
         server.shutdown()
+
+
+def test_choice_scores_are_remembered_until_a_weight_changes(host: ModelHost) -> None:
+    req = kuhn_request()
+    prompts, cands = [host.prompt_ids(req.messages)[0]], [
+        [host.text_ids(t) for t in req.action_texts]]
+    with host.use("red"), torch.no_grad():
+        first = host.candidate_scores(prompts, cands)[0]
+        assert len(host._memo) == len(cands[0])
+        again = host.candidate_scores(prompts * 3, cands * 3)
+        assert all(torch.equal(first, x) for x in again)
+    weights = host.adapter_weights("red")
+    weights = {k: (v + 0.3 if "lora_B" in k else v) for k, v in weights.items()}
+    host.set_adapter_weights("red", weights)  # loading new weights must not serve stale scores
+    with host.use("red"), torch.no_grad():
+        moved = host.candidate_scores(prompts, cands)[0]
+        fresh = torch.stack([lp.sum() for lp in host.sequence_logprobs(prompts * 2, cands[0])])
+    assert not torch.allclose(moved, first)
+    assert torch.allclose(moved, fresh, atol=1e-5)
+    with host.use("blue"), torch.no_grad():  # the other adapter is its own entry
+        assert torch.allclose(host.candidate_scores(prompts, cands)[0], first, atol=1e-5)
+
+
+def test_share_plan_picks_the_cheaper_batching() -> None:
+    head = list(range(100))
+    # Kuhn-like: 3 prompts share a 100-token head, 2 one-token moves each: together runs
+    # 100 + 6 * (5 + 1) = 136 tokens, apart 3 * (105 + 2) = 321
+    kuhn = [head + [200 + k] * 5 for k in range(3) for _ in range(2)]
+    assert share_plan(kuhn, [[1]] * 6) == [[0, 1, 2, 3, 4, 5]]
+    # tic-tac-toe-like: 2 prompts with 60-token own tails, 9 cells each: together
+    # 100 + 18 * (60 + 1) = 1198, apart 2 * (160 + 9) = 338
+    board = [head + [300 + k] * 60 for k in range(2) for _ in range(9)]
+    assert share_plan(board, [[1]] * 18) == [list(range(9)), list(range(9, 18))]
+    # prompts that share fewer than 16 tokens are never batched around a head
+    other = [[7] * 50, [8] * 50]
+    assert share_plan(other, [[1], [1]]) == [[0], [1]]
