@@ -25,6 +25,7 @@ from marl.advantages import (
     agent_wise_advantages,
     global_advantages,
     make_estimator,
+    remove_common_mode,
     turn_level_advantages,
 )
 from marl.loss import grpo_loss
@@ -71,6 +72,32 @@ def test_turn_level_discounts_per_player_then_normalises() -> None:
     assert np.allclose(adv.values[[0, 2, 3]], (g_a - g_a.mean()) / (g_a.std() + 1e-6))
     assert adv.values[1] == 0  # b has one sample: nothing to compare with
     assert set(make_estimator("turn_level", gamma=0.5)(s).values) == set(adv.values)
+
+
+def test_common_mode_removal_keeps_only_what_depends_on_the_card() -> None:
+    # public state "?:" for seat a: bet with K has advantages +2, +1; bet with J -1; check
+    # with J +1.  Bet's mean across cards is (2 + 1 - 1) / 3 = 2/3, check's is 1.
+    # The decision with public None (a game that hides nothing) keeps its value.
+    adv = np.array([2.0, 1.0, -1.0, 1.0, 5.0])
+    s = Samples(rewards=[0] * 5, groups=["K:", "K:", "J:", "J:", "x"], agents=["a"] * 5,
+                publics=["?:", "?:", "?:", "?:", None], actions=[1, 1, 1, 0, 1])
+    half = remove_common_mode(adv, s, 0.5)
+    assert np.allclose(half, [2 - 1 / 3, 1 - 1 / 3, -1 - 1 / 3, 0.5, 5.0])
+    full = remove_common_mode(adv, s, 1.0)
+    assert np.allclose(full, [4 / 3, 1 / 3, -5 / 3, 0.0, 5.0])
+    bets = [i for i in range(4) if s.actions[i] == 1]
+    assert abs(full[bets].sum()) < 1e-12  # the card-blind direction gets no net push
+    assert remove_common_mode(adv, s, 0.0) is adv
+
+
+def test_poker_public_state_hides_only_the_own_card() -> None:
+    env = games.make("kuhn_poker")
+    env.reset(seed=3)
+    env.step(env.legal_actions()[0])
+    who = env.agent_selection
+    info, public = env.information_state(who), env.public_state(who)
+    assert public == "?" + info[1:] and info[0] in "JQK" and "?" not in info
+    assert games.make("tic_tac_toe").public_state("player_0") is None
 
 
 def test_grpo_loss_clips_by_hand() -> None:
