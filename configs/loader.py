@@ -1,4 +1,5 @@
-"""Load and validate team YAML files, reporting every problem as ``FILE:LINE:COL: path: message``.
+"""Load and validate config YAML files (teams, tournaments), reporting every problem as
+``FILE:LINE:COL: path: message``.
 
 The YAML is parsed with :class:`MarkedLoader`, a ``yaml.SafeLoader`` that remembers where every
 mapping key and value starts, so a pydantic error at ``roles.1.decoding.temperature`` can be
@@ -24,7 +25,8 @@ from pydantic import BaseModel, ValidationError
 from yaml.error import Mark, MarkedYAMLError
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from configs.schema import CROSS_CHECK_ERROR, PathProblem, TeamConfig, dotted
+from configs.schema import CROSS_CHECK_ERROR, SCHEMA_ID, PathProblem, TeamConfig, dotted
+from configs.tournament import TOURNAMENT_SCHEMA_ID, TournamentConfig
 
 M = TypeVar("M", bound=BaseModel)
 YamlPath = tuple[Any, ...]
@@ -215,12 +217,19 @@ def _unknown_key_message(model: type[BaseModel], path: YamlPath) -> str:
     return f"unknown key {key!r}"
 
 
-def _pydantic_message(err: Mapping[str, Any]) -> str:
+def _schema_id(model: type[BaseModel]) -> str:
+    """The ``schema:`` tag a root model requires (its ``Literal``), for messages."""
+    field = _fields(model).get("schema")
+    args = typing.get_args(field.annotation) if field is not None else ()
+    return str(args[0]) if args else "marl-teams/v1"
+
+
+def _pydantic_message(err: Mapping[str, Any], model: type[BaseModel]) -> str:
     kind, loc = err["type"], err["loc"]
     if kind == "missing":
         name = loc[-1] if loc else "?"
         if loc == ("schema",):
-            return "missing required field 'schema' (add 'schema: marl-teams/v1')"
+            return f"missing required field 'schema' (add 'schema: {_schema_id(model)}')"
         if isinstance(name, int):
             return f"missing item {name} (too few items)"
         return f"missing required field {name!r}"
@@ -267,7 +276,7 @@ def _validation_problems(exc: ValidationError, model: type[BaseModel],
         elif err["type"] == "extra_forbidden":
             out.append(at.problem(loc, _unknown_key_message(model, loc), at_key=True))
         else:
-            out.append(at.problem(loc, _pydantic_message(err)))
+            out.append(at.problem(loc, _pydantic_message(err, model)))
     return out
 
 
@@ -285,8 +294,9 @@ def _check_text(text: str, file: str, model: type[M], checks: Sequence[Check],
     except yaml.YAMLError as exc:
         return None, [Problem(file, 1, 1, "", f"YAML error: {exc}".replace("\n", " "))]
     if empty:
-        return None, [Problem(file, 1, 1, "", "the file is empty; a team file is a mapping "
-                                               "that starts with 'schema: marl-teams/v1'")]
+        kind = getattr(model, "file_kind", "team")  # TeamConfig and the roots extending it
+        return None, [Problem(file, 1, 1, "", f"the file is empty; a {kind} file is a mapping "
+                                               f"that starts with 'schema: {_schema_id(model)}'")]
     if not isinstance(data, dict):
         got = "a list" if isinstance(data, list) else f"a {type(data).__name__}"
         return None, [at.problem((), f"the top level must be a mapping of keys, got {got}")]
@@ -319,14 +329,33 @@ def _read(path: str | os.PathLike[str]) -> tuple[str | None, list[Problem]]:
         return None, [Problem(file, 1, 1, "", f"cannot read: {exc.strerror or exc}")]
 
 
-def validate_file(path: str | os.PathLike[str], model: type[BaseModel] = TeamConfig,
+#: The root model of each ``schema:`` tag, so one ``marl validate`` checks every kind of file.
+ROOTS: dict[str, type[BaseModel]] = {SCHEMA_ID: TeamConfig,
+                                     TOURNAMENT_SCHEMA_ID: TournamentConfig}
+
+
+def root_model(text: str) -> type[BaseModel]:
+    """The model a file's ``schema:`` tag names; TeamConfig for anything else, whose errors
+    then say what a team file needs."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return TeamConfig
+    tag = data.get("schema") if isinstance(data, dict) else None
+    return ROOTS.get(tag, TeamConfig) if isinstance(tag, str) else TeamConfig
+
+
+def validate_file(path: str | os.PathLike[str], model: type[BaseModel] | None = None,
                   checks: Sequence[Check] = (), *,
                   env: Mapping[str, str] | None = None) -> list[Problem]:
-    """Every problem in the file (empty list: valid).  Never raises for a bad file."""
+    """Every problem in the file (empty list: valid).  Never raises for a bad file.
+
+    ``model`` defaults to the root model the file's ``schema:`` tag names (:data:`ROOTS`).
+    """
     text, problems = _read(path)
     if text is None:
         return problems
-    return _check_text(text, os.fspath(path), model, checks, env)[1]
+    return _check_text(text, os.fspath(path), model or root_model(text), checks, env)[1]
 
 
 def load_config(path: str | os.PathLike[str], model: type[M] = TeamConfig,  # type: ignore[assignment]

@@ -53,13 +53,17 @@ def validate_cmd(
 @app.command("schema")
 def schema_cmd(
     out: Annotated[str | None, typer.Option("--out", help="Write the JSON Schema here.")] = None,
+    tournament: Annotated[bool, typer.Option(
+        "--tournament", help="Tournament files instead (docs/tournament.schema.json).")] = False,
 ) -> None:
     """Print the JSON Schema of team files (for editors and docs/schema.json)."""
     import json
 
     from configs import json_schema
+    from configs.tournament import TournamentConfig
 
-    text = json.dumps(json_schema(), indent=2) + "\n"
+    text = json.dumps(json_schema(TournamentConfig) if tournament else json_schema(),
+                      indent=2) + "\n"
     if out is None:
         typer.echo(text, nl=False)
     else:
@@ -151,12 +155,13 @@ def chat_cmd(
 
 # --- play ---
 
-def load_team(path: str):
-    """Load and check a team file, or print its problems and exit 2."""
-    from configs import ConfigError, load_config
+def load_team(path: str, model: type | None = None, checks: tuple = ()):
+    """Load and check a team file (or a ``model`` file, with extra ``checks``), or print its
+    problems and exit 2."""
+    from configs import ConfigError, TeamConfig, load_config
 
     try:
-        return load_config(path, checks=[_game_name_check])
+        return load_config(path, model or TeamConfig, checks=[_game_name_check, *checks])
     except ConfigError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from None
@@ -358,6 +363,58 @@ def eval_exploitability_cmd(
         Path(out).write_text(json.dumps({"game": game, "target": target,
                                          "exploitability": report.exploitability,
                                          "table": report.table}, indent=1))
+
+
+# --- tournament ---
+
+@app.command("tournament")
+def tournament_cmd(
+    config: Annotated[str, typer.Argument(help="Tournament YAML file (schema "
+                                               "marl-teams/tournament/v1).")],
+    out: Annotated[str, typer.Option("--out", help="Folder for matches.jsonl and the report; "
+                                                   "rerun with the same folder to resume.")
+                   ] = "runs/tournament",
+) -> None:
+    """Play a tournament, resuming from OUT/matches.jsonl, then rate it: ratings.csv,
+    payoff.csv and report.html (with PNG charts) in OUT, the rating table on screen."""
+    _quiet_transformers()
+    from pathlib import Path
+
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    from agents.models import ModelError
+    from configs.tournament import TournamentConfig
+    from orchestrator.report import ratings_table, write_report
+    from orchestrator.tournament import Tournament, TournamentError, source_problems
+
+    base = Path(config).parent
+    cfg = load_team(config, TournamentConfig, checks=(lambda c: source_problems(c, base),))
+    console = Console()
+    try:
+        tournament = Tournament(cfg, out, base)
+        with console.status("Loading participants..."):
+            tournament.load()
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn(), TimeRemainingColumn())
+        with Progress(*columns, console=console, transient=True) as bar:
+            task = bar.add_task(f"{cfg.name}: games", total=tournament.total,
+                                completed=tournament.resumed)
+            result = tournament.run(on_game=lambda rec: bar.advance(task))
+    except (TournamentError, ModelError, FileNotFoundError, ValueError) as exc:
+        fail(str(exc))
+    files = write_report(result.report, Path(out), title=cfg.name)
+    console.print(ratings_table(result.report, title=f"{cfg.name} on {cfg.game.name}"))
+    console.print(f"{len(result.records)} games ({result.resumed} read back from "
+                  f"{Path(out) / 'matches.jsonl'}, {result.played} played); report: "
+                  f"{files['report.html']}", highlight=False)
 
 
 # --- export / serve / topology ---

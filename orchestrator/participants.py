@@ -5,7 +5,9 @@ A participant is named by one string:
 - a bot name (``random``, ``heuristic``, ``optimal``) or ``bot:<name>``;
 - a team YAML file: its first role, untrained (the initial model);
 - a training run folder (its latest checkpoint), a checkpoint folder, or an exported team
-  folder: the folder's ``team.yaml`` plus the adapter saved for its first trainable role.
+  folder: the folder's ``team.yaml`` plus the adapter saved for its first trainable role;
+- an HTTP model (:meth:`ParticipantLoader.load_http`): an OpenAI-compatible endpoint through the
+  ``openai`` backend, as is a team file whose first role uses that backend.
 
 Model participants on the same base model share one :class:`~agents.hf.ModelHost` (one copy of
 the weights, one adapter each), so a tournament of ten checkpoints costs one model in memory.
@@ -13,14 +15,16 @@ the weights, one adapter each), so a tournament of ten checkpoints costs one mod
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from agents import Agent
-from agents.builder import adapter_dir, hf_role_policy, system_prompt_for
+from agents.builder import adapter_dir, build_roster, hf_role_policy, system_prompt_for
 from agents.hf import ModelHost
 from agents.models import load_model
 from agents.scripted import ScriptedPolicy
-from configs import TeamConfig, load_config
+from configs import SCHEMA_ID, TeamConfig, load_config
+from configs.tournament import HttpSource
 from games.bots import bot_names
 
 
@@ -63,11 +67,27 @@ class ParticipantLoader:
         raise ValueError(f"participant {spec!r} is neither a bot of {self.game} "
                          f"({', '.join(bot_names(self.game))}) nor an existing file or folder")
 
+    def load_http(self, http: HttpSource, name: str) -> Agent:
+        """A model behind an OpenAI-compatible endpoint, prompted like a one-role team."""
+        cfg = TeamConfig.model_validate({
+            "schema": SCHEMA_ID, "name": name, "game": {"name": self.game},
+            "roles": [{"name": "player", "backend": "openai", "model": http.model,
+                       "endpoint": http.endpoint.model_dump(),
+                       "decoding": http.decoding.model_dump()}]})
+        return self._built_agent(cfg, name)
+
+    def _built_agent(self, cfg: TeamConfig, name: str) -> Agent:
+        """The first agent of ``cfg`` built by the roster builder, renamed ``name``."""
+        agent = build_roster(cfg, seed=self.seed, hosts=self.hosts).agents[0]
+        return dataclasses.replace(agent, name=name)
+
     def _model_agent(self, cfg: TeamConfig, folder: Path | None, name: str) -> Agent:
         role = next((r for r in cfg.roles if r.adapter is not None), cfg.roles[0])
+        if role.backend == "openai" and folder is None:
+            return self._built_agent(cfg.model_copy(update={"roles": [role]}), name)
         if role.backend != "hf":
             raise ValueError(f"{name}: role {role.name!r} uses backend {role.backend!r}; "
-                             "only hf roles can be loaded as participants here")
+                             "only hf and openai roles can be loaded as participants here")
         host = self.host(role.model)
         adapter = None
         if folder is not None and role.adapter is not None:

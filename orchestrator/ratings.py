@@ -1,0 +1,322 @@
+"""Ratings from finished games: Bradley-Terry with bootstrap intervals, Elo, OpenSkill.
+
+Every game is a set of seats with returns.  It is read as pairwise comparisons between its
+seats (earlier seat first): 1 if the earlier seat's return is higher, 0 if lower, 1/2 if equal
+(ties count half).  A two-seat game is one comparison.
+
+Scale: ratings are natural log-odds ``theta`` printed in Elo-like points,
+``rating = anchor_rating + 400 / ln(10) * (theta - theta_anchor)``, so a 400-point gap means
+10:1 odds (the Elo and Chatbot Arena convention, ``P(i beats j) = 1 / (1 + 10^((R_j-R_i)/400))``).
+
+- :func:`fit_bt` is the primary rating: the Bradley-Terry maximum-likelihood fit with a
+  first-seat (home) advantage term, by Newton's method; :func:`bootstrap_intervals` gives 95%
+  percentile intervals by resampling games.
+- :func:`elo` is the sequential view (fixed K, match order); :func:`openskill_ratings` the
+  Weng-Lin (Plackett-Luce) view for games with more than two seats (extra ``openskill``).
+- :func:`seat_scores`, :func:`cross_play` and :func:`records` are plain counts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+#: Elo-like points per natural log-odds unit (400 points = a factor 10 in the odds).
+SCALE = 400.0 / math.log(10.0)
+#: Virtual drawn games added between every pair of players when the data alone have no finite
+#: maximum-likelihood estimate (an undefeated or winless player, disconnected groups).
+PRIOR_GAMES = 0.1
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One finished game: the participants in seat order and their returns."""
+
+    players: tuple[str, ...]
+    returns: tuple[float, ...]
+
+
+def pair_score(a: float, b: float) -> float:
+    """The score of a return ``a`` against a return ``b``: win 1, tie 1/2, loss 0."""
+    return 1.0 if a > b else 0.0 if a < b else 0.5
+
+
+@dataclass
+class Comparisons:
+    """Every pairwise comparison of every game, as arrays (one row per seat pair and game)."""
+
+    players: list[str]
+    first: np.ndarray   # player index in the earlier seat
+    second: np.ndarray  # player index in the later seat
+    game: np.ndarray    # which game the comparison comes from
+    score: np.ndarray   # the earlier seat's score: 1, 1/2 or 0
+    ret_first: np.ndarray
+    ret_second: np.ndarray
+    n_games: int
+
+    @classmethod
+    def of(cls, outcomes: Sequence[Outcome], players: Sequence[str]) -> Comparisons:
+        index = {p: i for i, p in enumerate(players)}
+        rows = [(index[o.players[s]], index[o.players[t]], g,
+                 pair_score(o.returns[s], o.returns[t]), o.returns[s], o.returns[t])
+                for g, o in enumerate(outcomes)
+                for s in range(len(o.players)) for t in range(s + 1, len(o.players))]
+        cols = list(zip(*rows, strict=True)) if rows else [()] * 6
+        ints = [np.asarray(c, dtype=np.int64) for c in cols[:3]]
+        floats = [np.asarray(c, dtype=np.float64) for c in cols[3:]]
+        return cls(list(players), *ints, *floats, n_games=len(outcomes))
+
+    def matrices(self, weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``N[a, b]``: comparisons with a in the earlier seat and b in the later one (games
+        weighted by ``weights``); ``S[a, b]``: a's score in them."""
+        p = len(self.players)
+        w = np.ones(len(self.game)) if weights is None else weights[self.game]
+        key = self.first * p + self.second
+        n = np.bincount(key, weights=w, minlength=p * p).reshape(p, p)
+        s = np.bincount(key, weights=w * self.score, minlength=p * p).reshape(p, p)
+        return n, s
+
+
+def mle_exists(n: np.ndarray, s: np.ndarray, home: bool) -> bool:
+    """Whether the BT likelihood has a finite maximum (Ford 1957 for the strengths).
+
+    Draw an edge a -> b when a scored anything against b.  The strengths are finite iff that
+    graph is strongly connected (else some group beat everyone outside it every time and its
+    gap to them grows without bound).  The home term additionally needs the first seat to have
+    scored something and conceded something.
+    """
+    beat = (s > 0) | (n - s > 0).T
+    if home and not 0 < s.sum() < n.sum():
+        return False
+
+    def reaches_all(adj: np.ndarray) -> bool:
+        seen = np.zeros(len(adj), dtype=bool)
+        seen[0] = True
+        while True:
+            grown = seen | adj[seen].any(axis=0)
+            if (grown == seen).all():
+                return bool(seen.all())
+            seen = grown
+
+    return reaches_all(beat) and reaches_all(beat.T)
+
+
+@dataclass
+class BTFit:
+    """Log-odds strengths (anchor at 0), the first-seat term, and the virtual games used."""
+
+    theta: np.ndarray
+    home: float
+    prior: float
+    iterations: int
+
+
+def fit_bt(n: np.ndarray, s: np.ndarray, anchor: int, home: bool = True,
+           prior: float | None = None, tol: float = 1e-10, max_iter: int = 100) -> BTFit:
+    """Bradley-Terry MLE with a home term, by Newton's method with step halving.
+
+    Model: the earlier seat a beats the later seat b with ``p_ab = sigmoid(theta_a - theta_b
+    + h)``.  A comparison of score ``y`` (ties y = 1/2) adds ``y log p + (1 - y) log(1 - p)``,
+    so with ``N``, ``S`` from :meth:`Comparisons.matrices`, ``G = S - N * p`` and
+    ``W = N * p * (1 - p)``::
+
+        dL/dtheta_i = sum_b G_ib - sum_a G_ai          dL/dh = sum G
+        Fisher information J = D^T diag(W) D, D the design of (theta_a - theta_b + h)
+
+    and the step is ``J^{-1} grad`` (L is concave, so halving the step until L does not drop
+    converges).  ``theta_anchor = 0`` is fixed by dropping its column.  ``prior`` virtual
+    drawn games per pair of players (half in each seat order) regularise; ``None`` means
+    ``PRIOR_GAMES`` only when :func:`mle_exists` says the data need it (or Newton stalls).
+    """
+    if prior is None:
+        fit = None
+        if mle_exists(n, s, home):
+            fit = fit_bt(n, s, anchor, home, 0.0, tol, max_iter)
+        return fit if fit is not None and fit.iterations < max_iter else fit_bt(
+            n, s, anchor, home, PRIOR_GAMES, tol, max_iter)
+    p = len(n)
+    off = prior * (1 - np.eye(p))
+    n, s = n + off / 2, s + off / 4
+    free = [i for i in range(p) if i != anchor]
+    x = np.zeros(p + 1)  # theta..., h
+
+    def loglik(x: np.ndarray) -> float:
+        z = x[:p, None] - x[None, :p] + x[p]
+        return float(-(s * np.logaddexp(0, -z) + (n - s) * np.logaddexp(0, z)).sum())
+
+    it, cur = 0, loglik(x)
+    while it < max_iter:
+        it += 1
+        z = x[:p, None] - x[None, :p] + x[p]
+        prob = 1 / (1 + np.exp(-z))
+        g, w = s - n * prob, n * prob * (1 - prob)
+        grad = np.append(g.sum(1) - g.sum(0), g.sum())
+        info = np.zeros((p + 1, p + 1))
+        info[:p, :p] = np.diag(w.sum(1) + w.sum(0)) - w - w.T
+        info[:p, p] = info[p, :p] = w.sum(1) - w.sum(0)
+        info[p, p] = w.sum()
+        keep = free + [p] if home else free
+        step = np.zeros(p + 1)
+        step[keep] = np.linalg.lstsq(info[np.ix_(keep, keep)], grad[keep], rcond=None)[0]
+        t = 1.0
+        while loglik(x + t * step) < cur - 1e-12 and t > 1e-9:
+            t /= 2
+        x = x + t * step
+        cur = loglik(x)
+        if np.abs(t * step).max() < tol:
+            break
+    return BTFit(x[:p] - x[anchor], float(x[p]), prior, it)
+
+
+def bootstrap_intervals(comp: Comparisons, anchor: int, samples: int, seed: int = 0,
+                        home: bool = True) -> np.ndarray:
+    """95% percentile intervals of the anchored strengths, shape (players, 2), log-odds.
+
+    Each sample draws ``n_games`` games with replacement (a game's comparisons stay together)
+    and refits; the interval is the 2.5th and 97.5th percentile of the refitted strengths.
+    """
+    if samples <= 0 or comp.n_games == 0:
+        return np.full((len(comp.players), 2), np.nan)
+    rng = np.random.default_rng(seed)
+    draws = np.empty((samples, len(comp.players)))
+    for b in range(samples):
+        weights = np.bincount(rng.integers(0, comp.n_games, comp.n_games),
+                              minlength=comp.n_games).astype(np.float64)
+        draws[b] = fit_bt(*comp.matrices(weights), anchor, home).theta
+    return np.percentile(draws, [2.5, 97.5], axis=0).T
+
+
+def elo(comp: Comparisons, k: float = 16.0) -> np.ndarray:
+    """Sequential Elo in match order, from 0: ``E_a = 1 / (1 + 10^((R_b - R_a) / 400))``,
+    ``R_a += K (S_a - E_a)`` and ``R_b -= K (S_a - E_a)``.  Order-dependent by design."""
+    r = np.zeros(len(comp.players))
+    for a, b, y in zip(comp.first, comp.second, comp.score, strict=True):
+        delta = k * (y - 1 / (1 + 10 ** ((r[b] - r[a]) / 400)))
+        r[a] += delta
+        r[b] -= delta
+    return r
+
+
+def openskill_ratings(outcomes: Sequence[Outcome], players: Sequence[str]
+                      ) -> dict[str, tuple[float, float]]:
+    """Weng-Lin Plackett-Luce ratings ``(mu, sigma)`` over whole games (any number of seats,
+    each seat a team of one), updated in match order; display ``mu - 3 sigma``."""
+    try:
+        from openskill.models import PlackettLuce
+    except ImportError as exc:
+        raise ImportError("OpenSkill ratings need the optional package openskill: "
+                          "pip install 'marl-teams[openskill]'") from exc
+    model = PlackettLuce()
+    rating = {p: model.rating(name=p) for p in players}
+    for o in outcomes:
+        teams = model.rate([[rating[p]] for p in o.players], scores=list(o.returns))
+        for p, (new,) in zip(o.players, teams, strict=True):
+            rating[p] = new
+    return {p: (float(r.mu), float(r.sigma)) for p, r in rating.items()}
+
+
+def seat_scores(outcomes: Sequence[Outcome]) -> list[float]:
+    """Mean score per seat (against every other seat; 1/2 means no seat advantage)."""
+    seats = max((len(o.players) for o in outcomes), default=0)
+    total, count = np.zeros(seats), np.zeros(seats)
+    for o in outcomes:
+        for s, ret in enumerate(o.returns):
+            others = [pair_score(ret, r) for t, r in enumerate(o.returns) if t != s]
+            total[s] += sum(others) / len(others)
+            count[s] += 1
+    return [float(t / c) if c else math.nan for t, c in zip(total, count, strict=True)]
+
+
+def cross_play(comp: Comparisons) -> tuple[np.ndarray, np.ndarray]:
+    """Mean score and mean return of row vs column over both seat orders (NaN: never met)."""
+    p = len(comp.players)
+    count, score, ret = np.zeros((p, p)), np.zeros((p, p)), np.zeros((p, p))
+    for a, b, y, ra, rb in zip(comp.first, comp.second, comp.score, comp.ret_first,
+                               comp.ret_second, strict=True):
+        count[a, b] += 1
+        count[b, a] += 1
+        score[a, b] += y
+        score[b, a] += 1 - y
+        ret[a, b] += ra
+        ret[b, a] += rb
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return score / count, ret / count
+
+
+def records(outcomes: Sequence[Outcome], players: Sequence[str]) -> dict[str, tuple[int, ...]]:
+    """(games, wins, draws, losses): a win is the strictly highest return, a draw a shared
+    highest, anything else a loss."""
+    out = {p: [0, 0, 0, 0] for p in players}
+    for o in outcomes:
+        best = max(o.returns)
+        n_best = sum(r == best for r in o.returns)
+        for p, r in zip(o.players, o.returns, strict=True):
+            row = out[p]
+            row[0] += 1
+            row[1 if r == best and n_best == 1 else 2 if r == best else 3] += 1
+    return {p: tuple(v) for p, v in out.items()}
+
+
+@dataclass
+class Rating:
+    name: str
+    rating: float
+    ci_low: float
+    ci_high: float
+    games: int
+    wins: int
+    draws: int
+    losses: int
+    elo: float
+    openskill: tuple[float, float] | None = None  # (mu, sigma)
+
+
+@dataclass
+class RatingReport:
+    """Everything the report shows; ``ratings`` best first, matrices in ``players`` order."""
+
+    players: list[str]
+    anchor: str
+    ratings: list[Rating]
+    payoff: np.ndarray
+    mean_return: np.ndarray
+    seat_scores: list[float]
+    home: float  # first-seat advantage of the BT fit, in points
+    prior: float
+    notes: list[str] = field(default_factory=list)
+    elo_k: float = 16.0
+
+
+def rate(outcomes: Sequence[Outcome], players: Sequence[str], anchor: str,
+         anchor_rating: float = 0.0, bootstrap: int = 200, seed: int = 0,
+         elo_k: float = 16.0) -> RatingReport:
+    """All views of a tournament's games; OpenSkill when a game has more than two seats."""
+    players = list(players)
+    a = players.index(anchor)
+    comp = Comparisons.of(outcomes, players)
+    n, s = comp.matrices()
+    fit = fit_bt(n, s, a)
+    ci = bootstrap_intervals(comp, a, bootstrap, seed)
+    elo_r = elo(comp, elo_k)
+    elo_r += anchor_rating - elo_r[a]
+    notes: list[str] = []
+    skill: dict[str, tuple[float, float]] = {}
+    if any(len(o.players) > 2 for o in outcomes):
+        try:
+            skill = openskill_ratings(outcomes, players)
+        except ImportError as exc:
+            notes.append(str(exc))
+    if fit.prior:
+        notes.append(f"no finite maximum-likelihood fit from these games alone: {fit.prior} "
+                     "virtual drawn games per pair were added")
+    counts = records(outcomes, players)
+    rows = [Rating(p, anchor_rating + SCALE * fit.theta[i], anchor_rating + SCALE * ci[i, 0],
+                   anchor_rating + SCALE * ci[i, 1], *counts[p], elo=float(elo_r[i]),
+                   openskill=skill.get(p)) for i, p in enumerate(players)]
+    rows.sort(key=lambda r: -r.rating)
+    payoff, mean_return = cross_play(comp)
+    return RatingReport(players, anchor, rows, payoff, mean_return, seat_scores(outcomes),
+                        SCALE * fit.home, fit.prior, notes, elo_k)

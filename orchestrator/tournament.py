@@ -1,0 +1,456 @@
+"""Tournaments: schedule games between participants, play them, never lose a finished one.
+
+- **Schedule.**  Round-robin plays every group of participants (a pair in a two-seat game) in
+  every seat rotation, ``games_per_pairing / seats`` games each.  Swiss (two-seat games) plays
+  ``rounds`` rounds; each pairs players of similar mean score, never twice when avoidable.
+- **Seeds.**  Game ``index`` of seat order ``order`` in round ``round`` is played with
+  ``game_seed(seed, round, order, index)``, and scripted bots draw their moves from a generator
+  seeded the same way, so a bot game is the same game whenever and wherever it is played.
+- **Playing.**  A :class:`MatchPlayer` loads every participant once (model participants share
+  one base model per :class:`~orchestrator.participants.ParticipantLoader`) and plays a list of
+  games through the batched :class:`~agents.rollout.RolloutEngine`; with ``ray.enabled`` the
+  same class runs as Ray actors, each given chunks of ``concurrency`` games.
+- **Results never lost.**  Every finished game is one line of ``OUT/matches.jsonl``, written
+  with flush + fsync as soon as the driver has it.  A rerun reads the file back (a torn last
+  line, from a kill mid-write, is cut off) and plays only the games whose key is missing; a
+  Swiss round's pairings depend only on earlier, complete rounds, so they come out the same.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import json
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import games
+from agents import Agent
+from agents.rollout import Episode, RolloutEngine
+from agents.scripted import ScriptedPolicy
+from configs.schema import PathProblem
+from configs.tournament import ParticipantConfig, TournamentConfig
+from games.bots import bot_names
+from orchestrator.participants import ParticipantLoader
+from orchestrator.ratings import Outcome, Rating, RatingReport, pair_score, rate
+
+MATCHES = "matches.jsonl"
+IDENTITY = "tournament.json"
+#: The config fields that define which games a tournament plays (a resume must match them).
+_IDENTITY_FIELDS = ("game", "participants", "schedule", "games_per_pairing", "seed")
+
+
+class TournamentError(Exception):
+    """A tournament that cannot run as configured (bad participant, foreign OUT folder)."""
+
+
+def game_seed(seed: int, round_: int, order: Sequence[str], index: int) -> int:
+    """A stable 31-bit seed for one game (Python's ``hash`` is salted per process)."""
+    text = json.dumps([seed, round_, list(order), index])
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(),
+                          "little") % (2**31 - 1)
+
+
+@dataclass(frozen=True)
+class GameSpec:
+    """One scheduled game: participants in seat order, its index in that order, its seed."""
+
+    round: int
+    order: tuple[str, ...]
+    index: int
+    seed: int
+
+    @property
+    def key(self) -> str:
+        return f"r{self.round}:{'|'.join(self.order)}#{self.index}"
+
+
+@dataclass
+class MatchRecord:
+    """One finished game as written to ``matches.jsonl``."""
+
+    key: str
+    round: int
+    order: list[str]
+    index: int
+    seed: int
+    seats: dict[str, str]      # seat -> participant
+    returns: dict[str, float]  # seat -> return
+    turns: int
+    parse_errors: int
+    illegal_moves: int
+    seconds: float
+
+    @classmethod
+    def of(cls, spec: GameSpec, ep: Episode) -> MatchRecord:
+        return cls(spec.key, spec.round, list(spec.order), spec.index, spec.seed,
+                   dict(ep.seats), {s: float(r) for s, r in ep.returns.items()},
+                   len(ep.turns), sum(not t.parsed for t in ep.turns),
+                   sum(ep.illegal_moves.values()), round(sum(t.seconds for t in ep.turns), 6))
+
+    def outcome(self) -> Outcome:
+        seats = list(self.seats)
+        return Outcome(tuple(self.seats[s] for s in seats), tuple(self.returns[s] for s in seats))
+
+
+# ----- schedules
+
+def rotations(group: Sequence[str]) -> list[tuple[str, ...]]:
+    """Every seat rotation of a group: each member plays each seat once."""
+    return [tuple(group[k:]) + tuple(group[:k]) for k in range(len(group))]
+
+
+def round_specs(groups: Sequence[Sequence[str]], round_: int, games_per_pairing: int,
+                seed: int) -> list[GameSpec]:
+    """The games of one round: every group in every rotation, an even share of the games."""
+    specs = []
+    for group in groups:
+        for order in rotations(group):
+            per = games_per_pairing // len(group)
+            specs += [GameSpec(round_, order, i, game_seed(seed, round_, order, i))
+                      for i in range(per)]
+    return specs
+
+
+def swiss_pairs(ranked: Sequence[str], met: set[frozenset[str]],
+                budget: int = 100_000) -> list[tuple[str, str]]:
+    """Pair an even list, best first: each player with the best-ranked opponent it has not met
+    that still lets the rest be paired (depth-first).  Without any repeat-free pairing (or after
+    ``budget`` steps), repeats are allowed and the same search pairs neighbours."""
+    steps = [0]
+
+    def solve(rest: list[str], allow_repeat: bool) -> list[tuple[str, str]] | None:
+        if not rest:
+            return []
+        a = rest[0]
+        for j in range(1, len(rest)):
+            steps[0] += 1
+            if steps[0] > budget and not allow_repeat:
+                return None
+            if allow_repeat or frozenset((a, rest[j])) not in met:
+                sub = solve(rest[1:j] + rest[j + 1:], allow_repeat)
+                if sub is not None:
+                    return [(a, rest[j]), *sub]
+        return None
+
+    pairs = solve(list(ranked), False)
+    return pairs if pairs is not None else solve(list(ranked), True) or []
+
+
+def swiss_round(names: Sequence[str], finished: Sequence[MatchRecord], round_: int
+                ) -> tuple[list[tuple[str, str]], str | None]:
+    """Pairs of Swiss round ``round_`` from the games of earlier rounds, and who sits out.
+
+    Standing: mean score per game (0.5 before any game), ties broken by config order.  With an
+    odd count the lowest-standing player that has not sat out yet gets the bye.
+    """
+    total = dict.fromkeys(names, 0.0)
+    count = dict.fromkeys(names, 0)
+    met: set[frozenset[str]] = set()
+    earlier = [rec for rec in finished if rec.round < round_]
+    for rec in earlier:
+        (a, b), (ra, rb) = rec.order, (rec.returns[s] for s in rec.seats)
+        total[a] += pair_score(ra, rb)
+        total[b] += pair_score(rb, ra)
+        count[a] += 1
+        count[b] += 1
+        met.add(frozenset((a, b)))
+    order = {n: i for i, n in enumerate(names)}
+    ranked = sorted(names, key=lambda n: (-(total[n] / count[n] if count[n] else 0.5), order[n]))
+    bye = None
+    if len(ranked) % 2:
+        rounds = {rec.round for rec in earlier}
+        had_bye = {n for n in names
+                   if rounds - {rec.round for rec in earlier if n in rec.order}}
+        bye = next((n for n in reversed(ranked) if n not in had_bye), ranked[-1])
+        ranked.remove(bye)
+    return swiss_pairs(ranked, met), bye
+
+
+def planned_games(cfg: TournamentConfig, seats: int) -> int:
+    n = len(cfg.participants)
+    if cfg.schedule.kind == "swiss":
+        return (cfg.schedule.rounds or 0) * (n // 2) * cfg.games_per_pairing
+    return len(list(itertools.combinations(range(n), seats))) * cfg.games_per_pairing
+
+
+# ----- participants
+
+def resolve_source(source: str, game: str, base: Path) -> str:
+    """A bot name as it is; a relative path relative to ``base`` (the tournament file's
+    folder)."""
+    if source.removeprefix("bot:") in bot_names(game) or Path(source).is_absolute():
+        return source
+    return str(base / source)
+
+
+def source_problems(cfg: TournamentConfig, base: Path) -> list[PathProblem]:
+    """Checks the schema cannot make: sources exist, seats fit the game (a loader check)."""
+    if cfg.game.name not in games.names():
+        from games.tasks import task_names
+
+        if cfg.game.name in task_names():
+            return [(("game", "name"), f"{cfg.game.name!r} is a cooperative task; tournaments "
+                                       f"play games: {', '.join(games.names())}")]
+        return []  # the game-name check reports it
+    seats = len(games.make(cfg.game.name, **cfg.game.kwargs).possible_agents)
+    problems: list[PathProblem] = []
+    if cfg.games_per_pairing % seats:
+        problems.append((("games_per_pairing",), f"{cfg.game.name} has {seats} seats; use a "
+                                                 f"multiple of {seats} (every seat order plays "
+                                                 "as often)"))
+    if cfg.schedule.kind == "swiss" and seats != 2:
+        problems.append((("schedule", "kind"), f"swiss pairs two players; {cfg.game.name} has "
+                                               f"{seats} seats (use round_robin)"))
+    if len(cfg.participants) < seats:
+        problems.append((("participants",), f"{cfg.game.name} needs {seats} participants"))
+    for i, p in enumerate(cfg.participants):
+        if p.source is None:
+            continue
+        path = resolve_source(p.source, cfg.game.name, base)
+        if path == p.source and not Path(path).is_absolute():
+            continue
+        if not Path(path).exists():
+            problems.append((("participants", i, "source"), f"neither a bot of {cfg.game.name} "
+                             f"({', '.join(bot_names(cfg.game.name))}) nor an existing file or "
+                             f"folder ({path})"))
+    return problems
+
+
+def load_participant(loader: ParticipantLoader, p: ParticipantConfig, base: Path) -> Agent:
+    if p.http is not None:
+        return loader.load_http(p.http, p.name)
+    assert p.source is not None  # the schema requires source or http
+    return loader.load(resolve_source(p.source, loader.game, base), name=p.name)
+
+
+class MatchPlayer:
+    """Every participant loaded once, playing lists of games (in process or as a Ray actor)."""
+
+    def __init__(self, cfg: dict[str, Any], base: str) -> None:
+        self.cfg = TournamentConfig.model_validate(cfg)
+        loader = ParticipantLoader(self.cfg.game.name, seed=self.cfg.seed)
+        self.agents: dict[str, Agent] = {}
+        for p in self.cfg.participants:
+            try:
+                self.agents[p.name] = load_participant(loader, p, Path(base))
+            except (OSError, ValueError, KeyError) as exc:
+                raise TournamentError(f"participant {p.name!r}: {exc}") from exc
+
+    def _seat(self, name: str, seed: int) -> Agent:
+        """A bot gets a generator of its own per game (its moves depend on the game's seed
+        only); model policies are shared, so their decisions batch across games."""
+        agent = self.agents[name]
+        if isinstance(agent.policy, ScriptedPolicy):
+            pol = agent.policy
+            return dataclasses.replace(agent, policy=ScriptedPolicy(pol.game, pol.name, seed))
+        return agent
+
+    def play(self, specs: Sequence[GameSpec],
+             on_record: Callable[[MatchRecord], None] | None = None) -> list[MatchRecord]:
+        game = self.cfg.game
+        seats = list(games.make(game.name, **game.kwargs).possible_agents)
+        if specs:
+            for k, agent in enumerate(self.agents.values()):
+                reseed = getattr(agent.policy, "reseed", None)
+                if reseed is not None:
+                    reseed(game_seed(specs[0].seed, -1, [agent.name], k))
+        seatings = [{seat: self._seat(name, game_seed(spec.seed, 0, [seat], 0))
+                     for seat, name in zip(seats, spec.order, strict=True)} for spec in specs]
+        out: list[MatchRecord] = []
+
+        def done(ep: Episode) -> None:
+            out.append(MatchRecord.of(specs[ep.index], ep))
+            if on_record is not None:
+                on_record(out[-1])
+
+        engine = RolloutEngine(lambda: games.make(game.name, **game.kwargs),
+                               lambda i: seatings[i], self.cfg.concurrency)
+        engine.play(len(specs), seeds=[s.seed for s in specs], on_episode=done)
+        return out
+
+
+# ----- the match log
+
+class MatchLog:
+    """``matches.jsonl``: read back on open (a torn last line is cut off), appended durably."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.records: dict[str, MatchRecord] = {}
+        data = path.read_bytes() if path.exists() else b""
+        end = data.rfind(b"\n") + 1  # what follows the last newline was torn by a kill
+        for i, line in enumerate(data[:end].splitlines()):
+            if not line.strip():
+                continue
+            try:
+                rec = MatchRecord(**json.loads(line))
+            except (ValueError, TypeError) as exc:
+                raise TournamentError(f"{path}:{i + 1}: not a match record ({exc}); fix or "
+                                      "remove that line") from None
+            self.records[rec.key] = rec
+        self.torn = len(data) - end
+        if self.torn:
+            with path.open("r+b") as f:
+                f.truncate(end)
+        self._file = path.open("a", encoding="utf-8")
+
+    def append(self, rec: MatchRecord) -> None:
+        if rec.key in self.records:
+            return
+        self._file.write(json.dumps(dataclasses.asdict(rec)) + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self.records[rec.key] = rec
+
+    def close(self) -> None:
+        self._file.close()
+
+
+# ----- running
+
+@dataclass
+class TournamentResult:
+    config: TournamentConfig
+    records: list[MatchRecord]
+    report: RatingReport
+    resumed: int  # finished games read back from matches.jsonl
+    played: int   # games played by this run
+
+    @property
+    def ratings(self) -> list[Rating]:
+        return self.report.ratings
+
+
+class Tournament:
+    """One tournament writing into ``out``; ``base`` resolves relative participant paths."""
+
+    def __init__(self, cfg: TournamentConfig, out: str | Path, base: str | Path | None = None
+                 ) -> None:
+        self.cfg, self.out = cfg, Path(out)
+        self.base = Path(base) if base is not None else Path.cwd()
+        problems = source_problems(cfg, self.base)
+        if problems:
+            raise TournamentError("; ".join(f"{'.'.join(map(str, p))}: {m}" for p, m in problems))
+        self.seats = len(games.make(cfg.game.name, **cfg.game.kwargs).possible_agents)
+        self.total = planned_games(cfg, self.seats)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self._check_identity()
+        self.log = MatchLog(self.out / MATCHES)
+        self.resumed = len(self.log.records)
+        self.played = 0
+        self._player: MatchPlayer | None = None
+
+    def _check_identity(self) -> None:
+        data = self.cfg.model_dump(mode="json", by_alias=True, include=set(_IDENTITY_FIELDS))
+        path = self.out / IDENTITY
+        if path.exists():
+            old = json.loads(path.read_text())
+            diff = [k for k in _IDENTITY_FIELDS if old.get(k) != data.get(k)]
+            if diff:
+                raise TournamentError(f"{self.out} holds games of another tournament ("
+                                      f"{', '.join(diff)} differ); use another --out")
+        else:
+            path.write_text(json.dumps(data, indent=1) + "\n")
+
+    def rounds(self) -> Iterator[list[GameSpec]]:
+        """The games of each round; a Swiss round is computed when the earlier ones are done."""
+        names = self.cfg.names()
+        if self.cfg.schedule.kind == "round_robin":
+            groups = list(itertools.combinations(names, self.seats))
+            yield round_specs(groups, 0, self.cfg.games_per_pairing, self.cfg.seed)
+            return
+        for r in range(self.cfg.schedule.rounds or 0):
+            pairs, _bye = swiss_round(names, list(self.log.records.values()), r)
+            yield round_specs(pairs, r, self.cfg.games_per_pairing, self.cfg.seed)
+
+    def run(self, on_game: Callable[[MatchRecord], None] | None = None) -> TournamentResult:
+        """Play every missing game, then rate all of them."""
+        try:
+            for specs in self.rounds():
+                pending = [s for s in specs if s.key not in self.log.records]
+                if pending:
+                    self._play(pending, on_game)
+        finally:
+            self.log.close()
+        records = list(self.log.records.values())
+        report = rate([r.outcome() for r in records], self.cfg.names(), self.cfg.anchor_name(),
+                      self.cfg.anchor_rating, self.cfg.bootstrap, self.cfg.seed)
+        return TournamentResult(self.cfg, records, report, self.resumed, self.played)
+
+    def load(self) -> None:
+        """Load the participants now (in-process play; Ray actors load their own)."""
+        if self._player is None and not self.cfg.ray.enabled:
+            self._player = MatchPlayer(self.cfg.model_dump(by_alias=True), str(self.base))
+
+    def _record(self, rec: MatchRecord, on_game: Callable[[MatchRecord], None] | None) -> None:
+        self.log.append(rec)
+        self.played += 1
+        if on_game is not None:
+            on_game(rec)
+
+    def _play(self, specs: list[GameSpec], on_game: Callable[[MatchRecord], None] | None
+              ) -> None:
+        if self.cfg.ray.enabled:
+            self._play_ray(specs, on_game)
+            return
+        self.load()
+        assert self._player is not None
+        self._player.play(specs, lambda rec: self._record(rec, on_game))
+
+    def _play_ray(self, specs: list[GameSpec], on_game: Callable[[MatchRecord], None] | None
+                  ) -> None:
+        """Chunks of ``concurrency`` games to ``ray.workers`` actors, recorded as they return;
+        a chunk whose actor died goes to a fresh actor."""
+        import ray
+
+        rc = self.cfg.ray
+        if not ray.is_initialized():
+            ray.init(address=rc.address, include_dashboard=False, log_to_driver=False,
+                     ignore_reinit_error=True)
+        actor_cls = ray.remote(num_cpus=rc.cpus_per_worker)(MatchPlayer)
+        data = self.cfg.model_dump(by_alias=True)
+        size = self.cfg.concurrency
+        todo = [specs[i:i + size] for i in range(0, len(specs), size)]
+        actors = [actor_cls.remote(data, str(self.base)) for _ in range(min(rc.workers, len(todo)))]
+        running: dict[Any, tuple[Any, list[GameSpec]]] = {}
+        replaced = 0
+        try:
+            while todo or running:
+                for actor in [a for a in actors if a not in {v[0] for v in running.values()}]:
+                    if todo:
+                        chunk = todo.pop(0)
+                        running[actor.play.remote(chunk)] = (actor, chunk)
+                ready, _ = ray.wait(list(running), num_returns=1)
+                actor, chunk = running.pop(ready[0])
+                try:
+                    records = ray.get(ready[0])
+                except ray.exceptions.RayActorError as exc:
+                    replaced += 1
+                    if replaced > 2 * rc.workers:  # not a crash: the actor cannot start
+                        raise TournamentError(f"match actors keep dying: {exc}") from None
+                    actors.remove(actor)
+                    actors.append(actor_cls.remote(data, str(self.base)))
+                    todo.insert(0, chunk)
+                    continue
+                except ray.exceptions.RayTaskError as exc:
+                    raise TournamentError(str(exc.cause)) from None
+                for rec in records:
+                    self._record(rec, on_game)
+        finally:
+            for actor in actors:
+                ray.kill(actor)
+
+
+def run_tournament(cfg: TournamentConfig, out: str | Path, base: str | Path | None = None,
+                   on_game: Callable[[MatchRecord], None] | None = None) -> TournamentResult:
+    """Play (or finish) the tournament into ``out`` and write its report files there."""
+    from orchestrator.report import write_report
+
+    result = Tournament(cfg, out, base).run(on_game)
+    write_report(result.report, Path(out), title=cfg.name)
+    return result
