@@ -15,6 +15,7 @@ from configs.schema import (
     RoleConfig,
     TeamConfig,
     TopologyConfig,
+    TopologyLearningConfig,
     json_schema,
 )
 
@@ -39,6 +40,7 @@ __all__ = [
     "RoleConfig",
     "TeamConfig",
     "TopologyConfig",
+    "TopologyLearningConfig",
     "examples",
     "json_schema",
     "load_config",

@@ -186,6 +186,29 @@ class RoleConfig(StrictModel):
 TopologyKind = Literal["chain", "star", "complete", "debate", "layered", "explicit"]
 
 
+class TopologyLearningConfig(StrictModel):
+    """How a learnable topology learns (REFERENCE.md section 2): the fields of
+    ``topologies.LearnableConfig`` plus what its utility's cost counts."""
+
+    lr: float = Field(0.1, gt=0, description="Adam step size on the edge logits.")
+    tau: float = Field(1.0, gt=0, description="Temperature: p_e = sigmoid(theta_e / tau).")
+    cost: Literal["messages", "tokens"] = Field(
+        "messages", description="What an episode costs: edges used, or prompt + completion "
+                                "tokens of every turn.")
+    cost_weight: float = Field(0.0, ge=0, description="lambda in utility = score - lambda x "
+                                                      "cost.")
+    baseline: Literal["none", "mean", "loo"] = Field(
+        "loo", description="REINFORCE baseline: none, batch mean, or leave-one-out mean.")
+    init_logit: float = Field(0.0, description="theta_e at start (0: every edge at p = 0.5).")
+    temporal: bool | None = Field(None, description="Also learn round-to-round edges; default: "
+                                                    "when rounds > 1.")
+    prune_every: int = Field(0, ge=0, description="Prune after every k-th update (0: never).")
+    prune_fraction: float = Field(0.0, ge=0.0, lt=1.0, description="... the lowest-probability "
+                                                                   "fraction of candidates.")
+    prune_threshold: float = Field(0.0, ge=0.0, le=1.0, description="... and every candidate "
+                                                                    "with p_e below this.")
+
+
 class TopologyConfig(StrictModel):
     """Who talks to whom inside a round, between role names, and who decides.
 
@@ -196,6 +219,8 @@ class TopologyConfig(StrictModel):
     kind: TopologyKind = Field("chain", description="Communication graph shape.")
     rounds: int = Field(1, ge=1, description="Communication rounds per turn.")
     learnable: bool = Field(False, description="Learn edge probabilities (REINFORCE).")
+    learning: TopologyLearningConfig | None = Field(
+        None, description="learnable only: how the edges learn (default settings if absent).")
     hub: str | None = Field(None, description="Centre role; required for star, else forbidden.")
     layers: list[list[str]] | None = Field(
         None, min_length=1, description="Role names per layer; required for layered only.")
@@ -226,6 +251,10 @@ class TopologyConfig(StrictModel):
             elif self.kind != kind and given:
                 problems.append(((field,), f"only allowed when kind is {kind!r} "
                                            f"(kind is {self.kind!r})"))
+        if self.learning is not None and not self.learnable:
+            problems.append((("learning",), "only allowed when learnable is true"))
+        if self.learning is not None and self.learning.temporal and self.rounds < 2:
+            problems.append((("learning", "temporal"), "temporal edges need rounds >= 2"))
         for i, layer in enumerate(self.layers or []):
             if not layer:
                 problems.append((("layers", i), "empty layer"))

@@ -52,6 +52,13 @@ class TrainConfig(StrictModel):
     """Multi-agent GRPO settings."""
 
     algorithm: Literal["grpo"] = "grpo"
+    rollout: Literal["auto", "game", "team"] = Field(
+        "auto", description="game: agents take the seats of game.name; team: the team answers "
+                            "game.name's cooperative tasks in free text along its topology "
+                            "(one sampled graph per episode when learnable); auto: team when "
+                            "the topology is learnable, else game.")
+    policies: Literal["train", "frozen"] = Field(
+        "train", description="frozen: no GRPO update; only a learnable topology learns.")
     advantage: Literal["agent_wise", "global", "rae", "turn_level"] = Field(
         "agent_wise", description="Advantage estimator (REFERENCE.md section 1).")
     agent_key: Literal["seat", "role"] = Field(
@@ -59,6 +66,11 @@ class TrainConfig(StrictModel):
     group_by: Literal["seed", "state"] = Field(
         "seed", description="seed: the G games of one deal; state: decisions taken in the "
                             "identical observation (anchor states).")
+    common_mode: float = Field(
+        0.0, ge=0.0, le=1.0,
+        description="Fraction of each action's mean advantage across private information "
+                    "(same public state, agent and action) to subtract: 1 trains only what "
+                    "depends on the private cards, against card-blind drift in poker.")
     reward: Literal["individual", "team"] = Field(
         "individual", description="team: every agent gets the team's mean reward (MAGRPO).")
     reward_scales: dict[str, float] = Field(

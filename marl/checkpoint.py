@@ -7,6 +7,8 @@ Layout of ``RUN/checkpoints/step_000010/``::
     league/<snapshot>.safetensors           league pool weights
     state.json                  step, league results, estimator state, counters
     team.yaml                   the resolved config
+    topology.safetensors        learned edge logits (learnable topologies; see marl.topology)
+    topology_optimizer.safetensors + .json   their Adam state
 
 ``RUN/latest`` names the newest complete checkpoint; it is replaced atomically after the rename,
 so a kill at any moment leaves either the old or the new checkpoint, never half of one.
@@ -19,6 +21,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,6 +66,21 @@ def _unflatten_optimizer(tensors: dict[str, torch.Tensor], meta: dict) -> dict:
     return {"state": state, "param_groups": meta["param_groups"]}
 
 
+def save_optimizer_state(state: dict, stem: Path, **meta: object) -> None:
+    """A torch optimizer ``state_dict`` as ``stem.safetensors`` (tensors) + ``stem.json``."""
+    tensors, structure = _flatten_optimizer(state)
+    _save_tensors(tensors, stem.with_suffix(".safetensors"))
+    stem.with_suffix(".json").write_text(json.dumps({**meta, **structure}))
+
+
+def load_optimizer_state(stem: Path) -> tuple[dict, dict]:
+    """(state_dict, the extra metadata) written by :func:`save_optimizer_state`."""
+    meta = json.loads(stem.with_suffix(".json").read_text())
+    tensors = load_file(str(stem.with_suffix(".safetensors")))
+    structure = {k: meta.pop(k) for k in ("param_groups", "scalars")}
+    return _unflatten_optimizer(tensors, structure), meta
+
+
 @dataclass
 class Checkpoint:
     step: int
@@ -75,7 +93,9 @@ class Checkpoint:
 
 def save_checkpoint(run: Path, step: int, cfg: TeamConfig, weights: Weights,
                     optimizer_states: dict[str, dict], snapshots: dict[str, Weights],
-                    state: dict) -> Path:
+                    state: dict, extra: Callable[[Path], None] | None = None) -> Path:
+    """Write the checkpoint of ``step``; ``extra(folder)`` adds files (e.g. a learned
+    topology) before the folder is renamed into place, so they are as atomic as the rest."""
     root = run / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step:06d}"
@@ -85,9 +105,7 @@ def save_checkpoint(run: Path, step: int, cfg: TeamConfig, weights: Weights,
             save_adapter_folder(sd, cfg.role(role), tmp / "adapters" / role)
         (tmp / "optimizer").mkdir()
         for i, (key, opt) in enumerate(optimizer_states.items()):
-            tensors, meta = _flatten_optimizer(opt)
-            _save_tensors(tensors, tmp / "optimizer" / f"{i}.safetensors")
-            (tmp / "optimizer" / f"{i}.json").write_text(json.dumps({"model": key, **meta}))
+            save_optimizer_state(opt, tmp / "optimizer" / str(i), model=key)
         (tmp / "league").mkdir()
         for sid, w in snapshots.items():
             flat = {f"{role}::{k}": v for role, sd in w.items() for k, v in sd.items()}
@@ -96,6 +114,8 @@ def save_checkpoint(run: Path, step: int, cfg: TeamConfig, weights: Weights,
         (tmp / "team.yaml").write_text(yaml.safe_dump(cfg.model_dump(by_alias=True,
                                                                      mode="json"),
                                                       sort_keys=False))
+        if extra is not None:
+            extra(tmp)
         for f in tmp.rglob("*"):
             if f.is_file():
                 with f.open("rb") as fh:
@@ -122,13 +142,13 @@ def latest_checkpoint(run: Path) -> Path | None:
 
 def load_checkpoint(path: Path) -> Checkpoint:
     state = json.loads((path / "state.json").read_text())
+    adapters = path / "adapters"  # absent when no role has an adapter (topology-only runs)
     weights = {d.name: load_file(str(d / "adapter_model.safetensors"))
-               for d in sorted((path / "adapters").iterdir())}
+               for d in sorted(adapters.iterdir())} if adapters.is_dir() else {}
     optimizer_states = {}
     for meta_file in sorted((path / "optimizer").glob("*.json")):
-        meta = json.loads(meta_file.read_text())
-        tensors = load_file(str(meta_file.with_suffix(".safetensors")))
-        optimizer_states[meta.pop("model")] = _unflatten_optimizer(tensors, meta)
+        opt, meta = load_optimizer_state(meta_file.with_suffix(""))
+        optimizer_states[meta["model"]] = opt
     snapshots: dict[str, Weights] = {}
     for sid in state.get("league", {}).get("snapshots", []):
         flat = load_file(str(path / "league" / f"{sid.replace(':', '_')}.safetensors"))

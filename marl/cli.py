@@ -20,12 +20,14 @@ app.add_typer(models_app, name="models")
 # --- configs: validate / schema ---
 
 def _game_name_check(cfg) -> list[tuple[tuple[str, ...], str]]:
-    """Check ``game.name`` against the game registry (the schema itself cannot import games)."""
+    """Check ``game.name`` against the game registry (the schema itself cannot import games);
+    a cooperative task's name (games.tasks) is fine too: a team can answer it in free text."""
     import games
+    from games.tasks import task_names
 
     known = games.names()
     name = cfg.game.name
-    if name not in known:
+    if name not in known and name not in task_names():
         return [(("game", "name"), f"unknown game {name!r}; known: {', '.join(known)}")]
     return []
 
@@ -381,14 +383,7 @@ def tournament_cmd(
     from pathlib import Path
 
     from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
+    from rich.progress import MofNCompleteColumn, Progress
 
     from agents.models import ModelError
     from configs.tournament import TournamentConfig
@@ -402,8 +397,7 @@ def tournament_cmd(
         tournament = Tournament(cfg, out, base)
         with console.status("Loading participants..."):
             tournament.load()
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn(), TimeRemainingColumn())
+        columns = (*Progress.get_default_columns(), MofNCompleteColumn())
         with Progress(*columns, console=console, transient=True) as bar:
             task = bar.add_task(f"{cfg.name}: games", total=tournament.total,
                                 completed=tournament.resumed)

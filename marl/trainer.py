@@ -9,6 +9,11 @@ One step:
   4. one GRPO update per trainable base model, then publish the new weights;
   5. log metrics, snapshot into the league, checkpoint.
 
+Team-task runs (``train.rollout: team``) play the same loop with a team answering cooperative
+tasks in free text (a group: one task, ``group_size`` answers); with a learnable topology a
+graph is sampled per episode in step 1 and its edge logits get a REINFORCE update next to the
+GRPO update in step 4 (:mod:`marl.topology`); ``train.policies: frozen`` skips the GRPO part.
+
 Seeds of step ``s`` derive from (run seed, s) only, so a run resumed from a checkpoint replays
 exactly the steps it lost.
 """
@@ -29,13 +34,16 @@ import games
 from agents.rollout import Episode, Turn
 from configs import TeamConfig
 from games.bots import bot_names
-from marl.advantages import Advantages, RoleBaseline, Samples, make_estimator
+from games.tasks import make_task, task_names
+from marl.advantages import Advantages, RoleBaseline, Samples, make_estimator, remove_common_mode
 from marl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from marl.league import League
 from marl.learner import TrainItem
 from marl.loggers import open_loggers, unavailable
 from marl.runtime import LocalRuntime, RayRuntime, trainable_hosts
-from marl.workers import EpisodeSpec, derive_seed
+from marl.topology import graph_strategy
+from marl.workers import EpisodeSpec, derive_seed, rollout_kind
+from orchestrator.team import TEXT_BACKENDS, TeamError, assign_views
 
 
 class TrainingError(RuntimeError):
@@ -49,21 +57,54 @@ class StepResult:
     episodes: list[Episode] = field(default_factory=list)
 
 
+def team_agents(cfg: TeamConfig) -> list[str]:
+    return [a for r in cfg.roles for a in r.instance_names()]
+
+
+def _check_team_task(cfg: TeamConfig) -> list[str]:
+    """A team-task run: a registered task, free-text roles, enough agents for its views."""
+    tc = cfg.train
+    assert tc is not None
+    if cfg.game.name not in task_names():
+        raise TrainingError(f"train.rollout team needs a cooperative task; {cfg.game.name!r} is "
+                            f"none of {', '.join(task_names())}")
+    for r in cfg.roles:
+        if r.backend not in TEXT_BACKENDS or r.decoding.mode != "free":
+            raise TrainingError(f"role {r.name!r}: a team answers tasks in free text; use "
+                                f"decoding mode free and a backend of {', '.join(TEXT_BACKENDS)}")
+    if tc.league.opponents != "self":
+        raise TrainingError("a team task has no opponents: use train.league.opponents self")
+    agents = team_agents(cfg)
+    try:
+        assign_views(make_task(cfg.game.name, 0, **cfg.game.kwargs).private_views, agents)
+    except (TeamError, TypeError, ValueError) as exc:
+        raise TrainingError(f"game {cfg.game.name!r} with {cfg.game.kwargs}: {exc}") from None
+    return agents
+
+
 def check_compatible(cfg: TeamConfig) -> None:
     """Fail before any compute when the team cannot play its game or has nothing to train."""
     tc = cfg.train
     if tc is None:
         raise TrainingError("the config has no `train` section")
-    if cfg.game.name not in games.names():
-        raise TrainingError(f"unknown game {cfg.game.name!r}; known: {', '.join(games.names())}")
-    seats = games.make(cfg.game.name, **cfg.game.kwargs).possible_agents
+    learns_graph = rollout_kind(cfg) == "team" and cfg.topology.learnable
+    if rollout_kind(cfg) == "team":
+        seats = _check_team_task(cfg)
+    else:
+        if cfg.game.name not in games.names():
+            raise TrainingError(f"unknown game {cfg.game.name!r}; known: "
+                                f"{', '.join(games.names())}")
+        seats = games.make(cfg.game.name, **cfg.game.kwargs).possible_agents
     n_agents = sum(r.count for r in cfg.roles)
     if tc.league.opponents == "self" and n_agents != len(seats):
         raise TrainingError(f"game {cfg.game.name!r} has {len(seats)} seats "
                             f"({', '.join(seats)}) but the team has {n_agents} agents")
     if tc.league.opponents == "league" and len(seats) != 2:
         raise TrainingError("league opponents need a two-seat game")
-    if not trainable_hosts(cfg):
+    if tc.policies == "frozen" and not learns_graph:
+        raise TrainingError("train.policies is frozen and no topology is learned: nothing to "
+                            "train (set topology.learnable on a team task)")
+    if tc.policies == "train" and not trainable_hosts(cfg) and not learns_graph:
         raise TrainingError("no trainable role: give a role with backend hf an `adapter`")
     unknown = sorted(set(tc.reward_scales) - set(seats))
     if unknown:
@@ -89,13 +130,16 @@ class Trainer:
         assert self.tc is not None
         self.run_dir = run
         run.mkdir(parents=True, exist_ok=True)
-        env = games.make(cfg.game.name, **cfg.game.kwargs)
-        self.seats = list(env.possible_agents)
+        team_rollout = rollout_kind(cfg) == "team"
+        env = None if team_rollout else games.make(cfg.game.name, **cfg.game.kwargs)
+        self.seats = team_agents(cfg) if env is None else list(env.possible_agents)
         self.estimator = make_estimator(self.tc.advantage, decay=self.tc.rae_decay,
                                         gamma=self.tc.gamma)
         self.league = League(self.tc.league, bot_names(cfg.game.name))
-        self.trainable_roles = {r for roles in trainable_hosts(cfg).values() for r in roles}
+        self.trainable_roles = ({r for roles in trainable_hosts(cfg).values() for r in roles}
+                                if self.tc.policies == "train" else set())
         self.exact_eval = self.tc.eval_every > 0 and hasattr(env, "root_state")
+        self.graph = graph_strategy(cfg, team_rollout, self.tc.seed)
         self.step = 0
         self.bad_steps = 0
         self.runtime = runtime or (RayRuntime(cfg) if self.tc.ray.enabled else LocalRuntime(cfg))
@@ -141,7 +185,8 @@ class Trainer:
             agents=[t.agent if tc.agent_key == "seat" else t.role for _, t in rows],
             games=[ep.game for ep, _ in rows], roles=[t.role for _, t in rows],
             episodes=[ep.index for ep, _ in rows],
-            turn_rewards=[t.reward * tc.reward_scales.get(t.agent, 1.0) for _, t in rows])
+            turn_rewards=[t.reward * tc.reward_scales.get(t.agent, 1.0) for _, t in rows],
+            publics=[t.public for _, t in rows], actions=[t.action for _, t in rows])
 
     def items(self, rows: list[tuple[Episode, Turn]], adv: Advantages
               ) -> dict[str, list[TrainItem]]:
@@ -163,15 +208,17 @@ class Trainer:
     def train_step(self) -> StepResult:
         step = self.step + 1
         t0 = time.perf_counter()
-        specs = self.plan(step)
+        specs = self.graph.assign(self.plan(step), step)
         episodes = self.runtime.play(specs, step, self.tc.seed)
         t1 = time.perf_counter()
         rows, samples = self.samples(episodes, specs)
         adv = self.estimator(samples)
+        adv.values = remove_common_mode(adv.values, samples, self.tc.common_mode)
         items = self.items(rows, adv)
         t2 = time.perf_counter()
         stats = self.runtime.update(items, derive_seed(self.tc.seed, step, "update"))
         skipped = any(s.skipped for s in stats.values())
+        topology = self.graph.update(episodes, specs)
         t3 = time.perf_counter()
         weights = self.runtime.weights()
         snap = self.league.maybe_snapshot(step, weights)
@@ -182,6 +229,8 @@ class Trainer:
                                 {"rollout": t1 - t0, "advantage": t2 - t1, "update": t3 - t2,
                                  "sync": t4 - t3})
         metrics["snapshot"] = snap
+        if topology:
+            metrics["topology"] = topology
         if self.exact_eval and (step % self.tc.eval_every == 0 or step == self.tc.steps):
             t = time.perf_counter()
             metrics["eval"] = {"exploitability": self.runtime.exploitability()}
@@ -244,7 +293,7 @@ class Trainer:
         state = {**self._state(), "metrics": metrics}
         return save_checkpoint(self.run_dir, self.step, self.cfg, self.runtime.weights(),
                                self.runtime.optimizer_states(), dict(self.league.snapshots),
-                               state)
+                               state, extra=self.graph.save)
 
     def _restore(self, path: Path) -> None:
         ck = load_checkpoint(path)
@@ -255,6 +304,7 @@ class Trainer:
             self.estimator.baseline = dict(ck.state["rae"])
         self.runtime.load(ck.weights, ck.optimizer_states)
         self.runtime.publish(ck.weights, dict(self.league.snapshots))
+        self.graph.load(path)
         # the loggers drop what they hold after the checkpoint (those steps are replayed) and
         # write its own line if the kill came before it was logged
         self.ckpt_metrics = ck.state.get("metrics")

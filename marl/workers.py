@@ -1,8 +1,12 @@
 """Rollout workers: build the team from its config and play the episodes they are given.
 
 A worker is a plain class; the Ray runtime wraps it as an actor, the local runtime calls it in
-process.  Everything it receives is data (the config as a dict, episode specs, adapter
-weights), so a replacement worker rebuilt from the same inputs plays the same games.
+process.  It plays episodes one of two ways, chosen once from the config (``train.rollout``):
+games (agents take the seats of ``game.name``, through the rollout engine) or team tasks
+(:class:`TeamPlayer`: the team answers a task of ``game.name`` in free text along a topology,
+through the team runtime); both return :class:`Episode` values the trainer treats alike.
+Everything it receives is data (the config as a dict, episode specs, adapter weights), so a
+replacement worker rebuilt from the same inputs plays the same games.
 Randomness is re-seeded from (run seed, step, episode) at every call, so results do not depend
 on which worker played what or on a resume in between.
 """
@@ -10,16 +14,22 @@ on which worker played what or on a resume in between.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
+
+import torch
 
 import games
 from agents import Agent
 from agents.builder import Roster, build_roster, hf_role_policy, host_key
-from agents.rollout import Episode, RolloutEngine
+from agents.rollout import Episode, RolloutEngine, Turn
 from configs import TeamConfig
+from games.tasks import make_task
 from marl.league import Weights
 from orchestrator.evaluation import agent_probs, exploitability_report
 from orchestrator.participants import ParticipantLoader
+from orchestrator.team import Team, TeamResult
+from topologies import Topology
 
 
 @dataclass(frozen=True)
@@ -35,6 +45,25 @@ class EpisodeSpec:
     group: int
     seating: tuple[tuple[str, str], ...]
     opponent: str = "latest"
+    edge_mask: tuple[bool, ...] | None = None  # team tasks: the sampled graph (candidate mask)
+
+
+@dataclass
+class TeamEpisode(Episode):
+    """A team task answered in free text: its score and what the graph it ran on cost."""
+
+    score: float = 0.0
+    messages: int = 0
+    tokens: int = 0
+    edge_mask: tuple[bool, ...] | None = None
+
+
+def rollout_kind(cfg: TeamConfig) -> str:
+    """``game`` or ``team`` (``train.rollout``; auto: team when the topology is learnable)."""
+    kind = cfg.train.rollout if cfg.train is not None else "auto"
+    if kind == "auto":
+        return "team" if cfg.topology.learnable else "game"
+    return kind
 
 
 def derive_seed(*parts: object) -> int:
@@ -43,13 +72,56 @@ def derive_seed(*parts: object) -> int:
     return int.from_bytes(digest, "little") % (2**31 - 1)
 
 
+class TeamPlayer:
+    """Plays episode specs as team tasks: spec ``i`` is the task of ``game.name`` with the
+    spec's seed, answered by the team along the spec's sampled graph (else the configured
+    one).  Every turn is a decision to learn from; every agent's return is the task score."""
+
+    def __init__(self, cfg: TeamConfig, roster: Roster) -> None:
+        self.game = cfg.game
+        self.team = Team.from_config(cfg, policies=roster.policies)
+
+    def topology(self, spec: EpisodeSpec) -> Topology:
+        if spec.edge_mask is None:
+            return self.team.topology
+        assert self.team.learnable is not None, "an edge mask needs a learnable topology"
+        return self.team.learnable.topology_of(torch.tensor(spec.edge_mask))
+
+    def play(self, specs: list[EpisodeSpec]) -> list[Episode]:
+        tasks = [make_task(self.game.name, s.seed, **self.game.kwargs) for s in specs]
+        results = self.team.run_batch(tasks, topologies=[self.topology(s) for s in specs])
+        return [self.episode(s, r) for s, r in zip(specs, results, strict=True)]
+
+    def episode(self, spec: EpisodeSpec, result: TeamResult) -> TeamEpisode:
+        score = float(result.score or 0.0)
+        turns = []
+        for t in result.transcript:
+            r = t.response
+            turns.append(Turn(spec.index, t.agent, t.agent, t.role, t.text, None, True, True,
+                              prompt_ids=list(r.prompt_ids) if r else [],
+                              completion_ids=list(r.completion_ids) if r else [],
+                              logprobs=list(r.logprobs) if r else []))
+        last = {t.agent: t for t in turns}  # the score arrives after each agent's last turn
+        for t in last.values():
+            t.reward = score
+        agents = list(self.team.agents)
+        return TeamEpisode(spec.index, self.game.name, spec.seed, {a: a for a in agents}, turns,
+                           {a: score for a in agents}, score=score, messages=result.messages,
+                           tokens=result.tokens, edge_mask=spec.edge_mask)
+
+
 class RolloutWorker:
     def __init__(self, cfg: dict, roster: Roster | None = None) -> None:
         self.cfg = TeamConfig.model_validate(cfg)
         self.roster = roster or build_roster(self.cfg)
-        self.trainee = next(r for r in self.cfg.roles if r.adapter is not None)
-        self.host = self.roster.hosts[host_key(self.cfg, self.trainee)]
+        # the role league snapshots copy (none in a topology-only team)
+        self.trainee = next((r for r in self.cfg.roles if r.adapter is not None), None)
+        self.host = (self.roster.hosts[host_key(self.cfg, self.trainee)]
+                     if self.trainee is not None else None)
         self.extra: dict[str, Agent] = {}
+        self._play: Callable[[list[EpisodeSpec]], list[Episode]] = (
+            TeamPlayer(self.cfg, self.roster).play if rollout_kind(self.cfg) == "team"
+            else self._play_games)
 
     # ----- weights
     def set_weights(self, weights: Weights) -> None:
@@ -97,15 +169,18 @@ class RolloutWorker:
         if not specs:
             return []
         self._reseed(derive_seed(run_seed, step, specs[0].index))
+        episodes = self._play(specs)
+        for ep, spec in zip(episodes, specs, strict=True):
+            ep.index = spec.index
+        return episodes
+
+    def _play_games(self, specs: list[EpisodeSpec]) -> list[Episode]:
         seatings = [{s: self._participant(p) for s, p in spec.seating} for spec in specs]
         game = self.cfg.game
         engine = RolloutEngine(lambda: games.make(game.name, **game.kwargs),
                                lambda i: seatings[i],
                                concurrency=self.cfg.train.concurrency if self.cfg.train else 64)
-        episodes = engine.play(len(specs), seeds=[s.seed for s in specs])
-        for ep, spec in zip(episodes, specs, strict=True):
-            ep.index = spec.index
-        return episodes
+        return engine.play(len(specs), seeds=[s.seed for s in specs])
 
     def exploitability(self) -> float:
         """Exact exploitability of the trained role's current policy (exact-tree games)."""

@@ -441,7 +441,9 @@ class Team:
             jobs = []
             for i, (task, topo) in enumerate(zip(tasks, topologies, strict=True)):
                 view, plan = as_task_view(task), self.plan(topo)
-                jobs.append(_Job(i, view, plan, assign_views(view.views, plan.agents)))
+                # over every agent in role order, whatever the graph: an agent a sampled graph
+                # cuts off keeps its view (lost to the team), the others keep theirs
+                jobs.append(_Job(i, view, plan, assign_views(view.views, list(self.agents))))
             for k in range(max(len(j.plan.generations) for j in jobs)):
                 groups: dict[int, tuple[Policy, list[tuple[_Job, Node]]]] = {}
                 for job in jobs:

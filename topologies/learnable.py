@@ -29,11 +29,13 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from configs.schema import TeamConfig
+from configs.schema import TeamConfig, TopologyConfig, TopologyLearningConfig
 from topologies.builders import TeamLayout, resolve_agent
 from topologies.graph import SPATIAL, TEMPORAL, Edge, Topology, TopologyError
 
 FORMAT = "marl-teams/learnable-topology/v1"
+#: What an episode's cost may count: edges used (messages read), or every turn's tokens.
+COSTS = ("messages", "tokens")
 
 Baseline = Callable[[torch.Tensor], torch.Tensor]
 _BASELINES: dict[str, Baseline] = {}
@@ -72,6 +74,7 @@ class LearnableConfig:
     lr: float = 0.1               # Adam step size on the logits
     tau: float = 1.0              # temperature: p_e = sigmoid(theta_e / tau)
     cost_weight: float = 0.0      # lambda in R = score - lambda * cost (see utility())
+    cost: str = "messages"        # what cost counts per episode: messages | tokens
     baseline: str = "loo"         # a registered baseline: none | mean | loo
     init_logit: float = 0.0       # theta_e at start (0: p_e = 0.5)
     temporal: bool = False        # also learn temporal candidates (needs rounds > 1)
@@ -83,10 +86,21 @@ class LearnableConfig:
         if self.baseline not in _BASELINES:
             raise ValueError(f"unknown baseline {self.baseline!r}; known: "
                              f"{', '.join(sorted(_BASELINES))}")
+        if self.cost not in COSTS:
+            raise ValueError(f"unknown cost {self.cost!r}; known: {', '.join(COSTS)}")
         if self.tau <= 0:
             raise ValueError(f"tau must be > 0, got {self.tau}")
         if not 0.0 <= self.prune_fraction < 1.0:
             raise ValueError(f"prune_fraction must be in [0, 1), got {self.prune_fraction}")
+
+
+def learnable_config(topology: TopologyConfig) -> LearnableConfig:
+    """The settings a team file's ``topology.learning`` section gives (defaults if absent);
+    temporal candidates by default when the team talks over several rounds."""
+    fields = (topology.learning or TopologyLearningConfig()).model_dump()
+    if fields["temporal"] is None:
+        fields["temporal"] = topology.rounds > 1
+    return LearnableConfig(**fields)
 
 
 def candidate_edges(agents: Sequence[str], temporal: bool = False) -> list[Edge]:
@@ -127,11 +141,11 @@ class LearnableTopology:
     def from_team(cls, cfg: TeamConfig, *, final: str | None = None,
                   config: LearnableConfig | None = None) -> LearnableTopology:
         """Candidates over the team's instances in role order, the decision agent (``final``,
-        default the last one) moved to the end; temporal candidates too if rounds > 1."""
+        default the last one) moved to the end; settings from ``topology.learning``."""
         team = TeamLayout.from_roles(cfg.roles)
         final = team.agents[-1] if final is None else resolve_agent(final, team, "final")
         agents = [a for a in team.agents if a != final] + [final]
-        config = config or LearnableConfig(temporal=cfg.topology.rounds > 1)
+        config = config or learnable_config(cfg.topology)
         return cls(agents, rounds=cfg.topology.rounds, final=final, config=config)
 
     # ----- probabilities
@@ -203,13 +217,24 @@ class LearnableTopology:
             return self.log_prob(self.mask_of(ref))
         return ref if ref.ndim == 0 else self.log_prob(ref)  # a log-prob, or a mask [E]
 
-    def update_batch(self, masks: torch.Tensor, utilities: torch.Tensor) -> dict[str, Any]:
-        """Vectorised :meth:`update`: masks ``[B, E]``, utilities ``[B]``."""
-        return self._reinforce(self.log_prob(masks), utilities.to(torch.float32))
+    def update_batch(self, masks: torch.Tensor, utilities: torch.Tensor,
+                     groups: torch.Tensor | None = None) -> dict[str, Any]:
+        """Vectorised :meth:`update`: masks ``[B, E]``, utilities ``[B]``; with ``groups``
+        ``[B]`` the baseline is taken within each group (episodes of the same task), so task
+        difficulty cancels out and only the graph's effect remains."""
+        return self._reinforce(self.log_prob(masks), utilities.to(torch.float32), groups)
 
-    def _reinforce(self, logp: torch.Tensor, utilities: torch.Tensor) -> dict[str, Any]:
+    def _reinforce(self, logp: torch.Tensor, utilities: torch.Tensor,
+                   groups: torch.Tensor | None = None) -> dict[str, Any]:
         """loss = -(1/B) sum_b (R_b - baseline_b) * log P(a_b); one optimizer step; pruning."""
-        advantage = utilities - _BASELINES[self.config.baseline](utilities)
+        baseline = _BASELINES[self.config.baseline]
+        if groups is None:
+            advantage = utilities - baseline(utilities)
+        else:
+            advantage = torch.empty_like(utilities)
+            for g in groups.unique():
+                cell = groups == g
+                advantage[cell] = utilities[cell] - baseline(utilities[cell])
         loss = -(advantage.detach() * logp).mean()
         self.optimizer.zero_grad()
         loss.backward()
