@@ -282,6 +282,8 @@ def train_cmd(
         tc = tc.model_copy(update={"ray": tc.ray.model_copy(update={"address": address,
                                                                    "enabled": True})})
     cfg = cfg.model_copy(update={"train": tc})
+    if not resume and (Path(out) / "latest").is_file():
+        fail(f"{out} already holds a run: add --resume to continue it, or choose another --out")
     console = Console()
     try:
         with console.status("Starting the trainer (models, workers)..."):

@@ -261,3 +261,18 @@ def test_time_budget_stops_after_the_crossing_step_with_a_checkpoint(tmp_path: P
     hist = Trainer(cfg, tmp_path / "run").fit()
     assert [h["step"] for h in hist] == [1]
     assert (tmp_path / "run" / "latest").read_text() == "step_000001"
+
+
+def test_train_refuses_to_mix_into_an_existing_run(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from marl.cli import app
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "latest").write_text("step_000001")
+    cfg = tmp_path / "team.yaml"
+    cfg.write_text(tiny_team("kuhn_poker", "  steps: 1\n"))
+    result = CliRunner().invoke(app, ["train", str(cfg), "--out", str(run)])
+    assert result.exit_code == 2 and "already holds a run" in result.output
+    assert "Traceback" not in result.output

@@ -1,0 +1,144 @@
+"""The main job's last steps: a tournament file for a finished run, then the summary.
+
+    python scripts/main_report.py tournament RUN [--games N]  # writes RUN/tournament.yaml
+    python scripts/main_report.py summary RUN                 # writes RUN/REPORT.md
+
+The tournament seats the untrained model (the run's team file without adapters), up to three of
+the run's checkpoints (evenly spaced, the last one included), the random bot and the Nash (CFR)
+bot.  The summary puts the rating table, the exact exploitability before and after training and
+the learning curve on one page, and says in plain words whether the last checkpoint finished
+ahead of the untrained model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # scripts/ may shadow package names
+
+INITIAL, RANDOM, NASH = "initial", "random", "nash"
+
+
+def checkpoints(run: Path, most: int = 3) -> list[Path]:
+    """Up to ``most`` checkpoints of the run, evenly spaced, always including the last."""
+    found = sorted(p for p in (run / "checkpoints").iterdir() if (p / "team.yaml").is_file())
+    if len(found) <= most:
+        return found
+    picks = {round(i * (len(found) - 1) / (most - 1)) for i in range(most)}
+    return [found[i] for i in sorted(picks)]
+
+
+def trained_name(ckpt: Path) -> str:
+    return f"trained@{int(ckpt.name.rsplit('_', 1)[-1])}"
+
+
+def tournament_file(run: Path, games: int) -> Path:
+    team = run / "team.yaml" if (run / "team.yaml").is_file() else None
+    ckpts = checkpoints(run)
+    if not ckpts:
+        raise SystemExit(f"{run} has no checkpoints: train first")
+    team = team or ckpts[-1] / "team.yaml"
+    participants = [
+        {"name": RANDOM, "source": "random"},
+        {"name": NASH, "source": "optimal"},
+        {"name": INITIAL, "source": str(team.resolve())},
+        *({"name": trained_name(c), "source": str(c.resolve())} for c in ckpts),
+    ]
+    doc = {"schema": "marl-teams/tournament/v1", "name": f"{run.name}-tournament",
+           "game": {"name": "kuhn_poker"}, "participants": participants,
+           "schedule": {"kind": "round_robin"}, "games_per_pairing": games, "seed": 0,
+           "anchor": RANDOM, "bootstrap": 200}
+    path = run / "tournament.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def read_ratings(path: Path) -> dict[str, dict[str, float]]:
+    with path.open(newline="", encoding="utf-8") as f:
+        return {row["name"]: {k: float(v) for k, v in row.items() if k != "name"}
+                for row in csv.DictReader(f)}
+
+
+def head_to_head(matches: Path, a: str, b: str) -> tuple[float, int]:
+    """``a``'s mean chips per game against ``b`` (both seats) and the number of games."""
+    total, n = 0.0, 0
+    for line in matches.read_text().splitlines():
+        rec = json.loads(line)
+        by_player = {p: rec["returns"][s] for s, p in rec["seats"].items()}
+        if set(by_player) == {a, b}:
+            total += by_player[a]
+            n += 1
+    return (total / n if n else float("nan")), n
+
+
+def verdict(ratings: dict[str, dict[str, float]], last: str, chips: float) -> str:
+    t, i = ratings[last], ratings[INITIAL]
+    if t["rating"] > i["rating"] and t["ci_low"] > i["ci_high"]:
+        return (f"{last} is AHEAD of the untrained model: rating {t['rating']:.0f} vs "
+                f"{i['rating']:.0f}, 95% intervals do not overlap.")
+    if t["rating"] > i["rating"]:
+        return (f"{last} is ahead of the untrained model on the point estimate only: rating "
+                f"{t['rating']:.0f} vs {i['rating']:.0f}, but the 95% intervals "
+                f"[{t['ci_low']:.0f}, {t['ci_high']:.0f}] and [{i['ci_low']:.0f}, "
+                f"{i['ci_high']:.0f}] overlap.")
+    return (f"{last} is NOT ahead of the untrained model: rating {t['rating']:.0f} vs "
+            f"{i['rating']:.0f} (head to head it won {chips:+.3f} chips a game).")
+
+
+def summary(run: Path) -> str:
+    before = json.loads((run / "before.json").read_text())["exploitability"]
+    after = json.loads((run / "after.json").read_text())["exploitability"]
+    tdir = run / "tournament"
+    ratings = read_ratings(tdir / "ratings.csv")
+    last = trained_name(checkpoints(run)[-1])
+    chips, n = head_to_head(tdir / "matches.jsonl", last, INITIAL)
+    steps = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    trained_steps = max((s.get("step", 0) for s in steps), default=0)
+    rows = "\n".join(
+        f"| {name} | {r['rating']:.0f} | [{r['ci_low']:.0f}, {r['ci_high']:.0f}] | "
+        f"{r['games']:.0f} | {r['wins']:.0f} / {r['draws']:.0f} / {r['losses']:.0f} |"
+        for name, r in ratings.items())
+    text = f"""# Main job: Kuhn poker self-play on SmolLM2-135M-Instruct
+
+Training: {trained_steps} steps (`{run}/metrics.jsonl`); learning curve `curves.png`.
+
+Exact exploitability of the table policy (0 = Nash; the random bot's is 11/24 = 0.458):
+untrained {before:.4f} -> trained {after:.4f} ({'lower, better' if after < before else
+                                                'NOT lower'}).
+
+Tournament (round robin, both seats; Bradley-Terry ratings anchored on the random bot at 0,
+95% bootstrap intervals; `tournament/report.html`):
+
+| participant | rating | 95% interval | games | W / D / L |
+|---|---|---|---|---|
+{rows}
+
+Head to head, {last} against the untrained model: {chips:+.3f} chips a game over {n} games.
+
+**{verdict(ratings, last, chips)}**
+"""
+    (run / "REPORT.md").write_text(text)
+    return text
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("what", choices=["tournament", "summary"])
+    ap.add_argument("run", type=Path)
+    ap.add_argument("--games", type=int, default=200, help="games per pairing (both seats)")
+    args = ap.parse_args()
+    if args.what == "tournament":
+        print(tournament_file(args.run, args.games))
+    else:
+        print(summary(args.run))
+
+
+if __name__ == "__main__":
+    main()
