@@ -157,6 +157,18 @@ def test_topology_only_team_trains_checkpoints_and_exports(tmp_path: Path) -> No
     Team.load(out).run("Say a few words.")
 
 
+def test_a_fixed_graph_team_trains_its_policies(tmp_path: Path) -> None:
+    text = team_yaml("  steps: 1\n  rollout: team\n").replace(
+        "learnable: true, ", "").replace(", learning: {lr: 0.5, cost_weight: 0.1}", "")
+    tr = Trainer(load_config_text(text), tmp_path / "run")
+    w0 = adapter_weights(tr)
+    res = tr.train_step()
+    assert changed(w0, adapter_weights(tr))
+    assert res.metrics["topology"]["messages_per_task"] == 3  # the complete graph, every time
+    assert "edge_probs" not in res.metrics["topology"]
+    assert not (tr.checkpoint() / "topology.safetensors").exists()
+
+
 def test_team_runs_check_their_config(tmp_path: Path) -> None:
     base = team_yaml("  steps: 1\n")
     cases = [
