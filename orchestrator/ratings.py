@@ -271,6 +271,7 @@ class Rating:
     draws: int
     losses: int
     elo: float
+    mean_return: float  # chips in poker, where a win/loss score ignores the margin
     openskill: tuple[float, float] | None = None  # (mu, sigma)
 
 
@@ -313,8 +314,14 @@ def rate(outcomes: Sequence[Outcome], players: Sequence[str], anchor: str,
         notes.append(f"no finite maximum-likelihood fit from these games alone: {fit.prior} "
                      "virtual drawn games per pair were added")
     counts = records(outcomes, players)
-    rows = [Rating(p, anchor_rating + SCALE * fit.theta[i], anchor_rating + SCALE * ci[i, 0],
-                   anchor_rating + SCALE * ci[i, 1], *counts[p], elo=float(elo_r[i]),
+    returns: dict[str, list[float]] = {p: [] for p in players}
+    for o in outcomes:
+        for p, r in zip(o.players, o.returns, strict=True):
+            returns[p].append(r)
+    rows = [Rating(p, float(anchor_rating + SCALE * fit.theta[i]),
+                   float(anchor_rating + SCALE * ci[i, 0]),
+                   float(anchor_rating + SCALE * ci[i, 1]), *counts[p], elo=float(elo_r[i]),
+                   mean_return=float(np.mean(returns[p])) if returns[p] else math.nan,
                    openskill=skill.get(p)) for i, p in enumerate(players)]
     rows.sort(key=lambda r: -r.rating)
     payoff, mean_return = cross_play(comp)

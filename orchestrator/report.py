@@ -100,13 +100,13 @@ def _html_table(header: list[str], rows: list[list[str]]) -> str:
 def rating_rows(report: RatingReport) -> tuple[list[str], list[list[str]]]:
     """The rating table as text, shared by the screen and the HTML page."""
     skill = any(r.openskill for r in report.ratings)
-    header = ["#", "name", "rating", "95% CI", "games", "W", "D", "L", "score",
+    header = ["name", "rating", "95% CI", "W/D/L", "score", "return",
               "Elo"] + (["OpenSkill mu-3sigma"] if skill else [])
     rows = []
-    for i, r in enumerate(report.ratings, 1):
+    for r in report.ratings:
         ci = "" if math.isnan(r.ci_low) else f"[{r.ci_low:.0f}, {r.ci_high:.0f}]"
-        row = [str(i), r.name, f"{r.rating:.0f}", ci, str(r.games), str(r.wins),
-               str(r.draws), str(r.losses), _num(_score(r), 3), f"{r.elo:.0f}"]
+        row = [r.name, f"{r.rating:.0f}", ci, f"{r.wins}/{r.draws}/{r.losses}",
+               _num(_score(r), 2), _num(r.mean_return, 2), f"{r.elo:.0f}"]
         if skill:
             row.append(f"{r.openskill[0] - 3 * r.openskill[1]:.2f}" if r.openskill else "")
         rows.append(row)
@@ -127,7 +127,8 @@ def ratings_table(report: RatingReport, title: str) -> Table:
     header, rows = rating_rows(report)
     table = Table(title=title, caption="\n".join(summary_lines(report)))
     for h in header:
-        table.add_column(h, justify="left" if h == "name" else "right", no_wrap=True)
+        table.add_column(h, justify="left" if h == "name" else "right",
+                         no_wrap=h in ("name", "95% CI", "W/D/L"))
     for row in rows:
         table.add_row(*row)
     return table

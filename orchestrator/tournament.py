@@ -3,9 +3,11 @@
 - **Schedule.**  Round-robin plays every group of participants (a pair in a two-seat game) in
   every seat rotation, ``games_per_pairing / seats`` games each.  Swiss (two-seat games) plays
   ``rounds`` rounds; each pairs players of similar mean score, never twice when avoidable.
-- **Seeds.**  Game ``index`` of seat order ``order`` in round ``round`` is played with
-  ``game_seed(seed, round, order, index)``, and scripted bots draw their moves from a generator
-  seeded the same way, so a bot game is the same game whenever and wherever it is played.
+- **Seeds.**  Game ``index`` of a pairing (group) in round ``round`` is played with
+  ``game_seed(seed, round, group, index)`` in every seat order: the duplicate format of poker
+  evaluation, where both players get the same deals from each seat, so the luck of the cards
+  cancels out of the comparison.  Scripted bots draw their moves from a generator seeded by the
+  game and seat, so a bot game is the same game whenever and wherever it is played.
 - **Playing.**  A :class:`MatchPlayer` loads every participant once (model participants share
   one base model per :class:`~orchestrator.participants.ParticipantLoader`) and plays a list of
   games through the batched :class:`~agents.rollout.RolloutEngine`; with ``ray.enabled`` the
@@ -48,9 +50,9 @@ class TournamentError(Exception):
     """A tournament that cannot run as configured (bad participant, foreign OUT folder)."""
 
 
-def game_seed(seed: int, round_: int, order: Sequence[str], index: int) -> int:
+def game_seed(seed: int, round_: int, group: Sequence[str], index: int) -> int:
     """A stable 31-bit seed for one game (Python's ``hash`` is salted per process)."""
-    text = json.dumps([seed, round_, list(order), index])
+    text = json.dumps([seed, round_, list(group), index])
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(),
                           "little") % (2**31 - 1)
 
@@ -106,13 +108,14 @@ def rotations(group: Sequence[str]) -> list[tuple[str, ...]]:
 
 def round_specs(groups: Sequence[Sequence[str]], round_: int, games_per_pairing: int,
                 seed: int) -> list[GameSpec]:
-    """The games of one round: every group in every rotation, an even share of the games."""
+    """The games of one round: every group in every rotation, an even share of the games;
+    game ``i`` of every rotation of a group has the same seed (duplicate format)."""
     specs = []
     for group in groups:
-        for order in rotations(group):
-            per = games_per_pairing // len(group)
-            specs += [GameSpec(round_, order, i, game_seed(seed, round_, order, i))
-                      for i in range(per)]
+        seeds = [game_seed(seed, round_, group, i)
+                 for i in range(games_per_pairing // len(group))]
+        specs += [GameSpec(round_, order, i, s) for order in rotations(group)
+                  for i, s in enumerate(seeds)]
     return specs
 
 

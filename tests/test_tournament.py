@@ -85,6 +85,9 @@ def test_tictactoe_bots_rank_optimal_heuristic_random(tmp_path: Path) -> None:
             else:
                 assert float(payoff[a][j]) + float(payoff[b][i]) == pytest.approx(1.0, abs=2e-4)
     assert float(payoff["optimal"][0]) > 0.9 and float(payoff["optimal"][1]) > 0.5
+    seeds = {r["key"]: r["seed"] for r in map(json.loads, lines_of(out / MATCHES))}
+    assert len(seeds) == 1200 and len(set(seeds.values())) == 600  # duplicate format:
+    assert seeds["r0:random|optimal#7"] == seeds["r0:optimal|random#7"]  # same deal both ways
     page = (out / "report.html").read_text()
     assert 'src="ratings.png"' in page and 'src="payoff.png"' in page
     assert (out / "ratings.png").stat().st_size > 1000 and (out / "payoff.png").exists()
