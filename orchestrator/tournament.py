@@ -156,7 +156,8 @@ def swiss_round(names: Sequence[str], finished: Sequence[MatchRecord], round_: i
     met: set[frozenset[str]] = set()
     earlier = [rec for rec in finished if rec.round < round_]
     for rec in earlier:
-        (a, b), (ra, rb) = rec.order, (rec.returns[s] for s in rec.seats)
+        o = rec.outcome()
+        (a, b), (ra, rb) = o.players, o.returns
         total[a] += pair_score(ra, rb)
         total[b] += pair_score(rb, ra)
         count[a] += 1
@@ -244,6 +245,10 @@ class MatchPlayer:
             except (OSError, ValueError, KeyError) as exc:
                 raise TournamentError(f"participant {p.name!r}: {exc}") from exc
 
+    def ready(self) -> bool:
+        """Lets the Ray driver wait until an actor has loaded every participant."""
+        return True
+
     def _seat(self, name: str, seed: int) -> Agent:
         """A bot gets a generator of its own per game (its moves depend on the game's seed
         only); model policies are shared, so their decisions batch across games."""
@@ -275,6 +280,14 @@ class MatchPlayer:
                                lambda i: seatings[i], self.cfg.concurrency)
         engine.play(len(specs), seeds=[s.seed for s in specs], on_episode=done)
         return out
+
+
+    def close(self) -> None:
+        """Release what policies hold open (an HTTP participant's connection pool)."""
+        for agent in self.agents.values():
+            close = getattr(agent.policy, "close", None)
+            if close is not None:
+                close()
 
 
 # ----- the match log
@@ -380,6 +393,8 @@ class Tournament:
                     self._play(pending, on_game)
         finally:
             self.log.close()
+            if self._player is not None:
+                self._player.close()
         records = list(self.log.records.values())
         report = rate([r.outcome() for r in records], self.cfg.names(), self.cfg.anchor_name(),
                       self.cfg.anchor_rating, self.cfg.bootstrap, self.cfg.seed)
@@ -423,6 +438,7 @@ class Tournament:
         running: dict[Any, tuple[Any, list[GameSpec]]] = {}
         replaced = 0
         try:
+            _await_actors(actors)
             while todo or running:
                 for actor in [a for a in actors if a not in {v[0] for v in running.values()}]:
                     if todo:
@@ -434,7 +450,7 @@ class Tournament:
                     records = ray.get(ready[0])
                 except ray.exceptions.RayActorError as exc:
                     replaced += 1
-                    if replaced > 2 * rc.workers:  # not a crash: the actor cannot start
+                    if replaced > 2 * rc.workers:
                         raise TournamentError(f"match actors keep dying: {exc}") from None
                     actors.remove(actor)
                     actors.append(actor_cls.remote(data, str(self.base)))
@@ -447,6 +463,18 @@ class Tournament:
         finally:
             for actor in actors:
                 ray.kill(actor)
+
+
+def _await_actors(actors: list[Any]) -> None:
+    """Wait until every actor has loaded the participants; a load error ends the tournament
+    with the error's own message (the last line of the actor's traceback)."""
+    import ray
+
+    try:
+        ray.get([a.ready.remote() for a in actors])
+    except ray.exceptions.RayActorError as exc:
+        last = str(getattr(exc, "error_msg", exc)).strip().splitlines()[-1]
+        raise TournamentError(last.split(": ", 1)[-1]) from None
 
 
 def run_tournament(cfg: TournamentConfig, out: str | Path, base: str | Path | None = None,

@@ -29,6 +29,7 @@ from orchestrator.tournament import (
     MatchPlayer,
     MatchRecord,
     Tournament,
+    TournamentError,
     run_tournament,
     swiss_pairs,
     swiss_round,
@@ -172,11 +173,20 @@ def test_ray_actors_play_the_same_games(tmp_path: Path) -> None:
     cfg = load_config(tournament(tmp_path, bots_body(extra=(
         "concurrency: 8\nray: {enabled: true, workers: 2, cpus_per_worker: 0.5}\n")),
         "ray.yaml"), TournamentConfig)
+    (tmp_path / "empty").mkdir()
+    hollow = load_config(tournament(tmp_path, bots_body(extra="ray: {enabled: true, workers: 1, "
+                                                        "cpus_per_worker: 0.5}\n").replace(
+        "source: heuristic", "source: empty"), "hollow.yaml"), TournamentConfig)
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
     try:
         remote = run_tournament(cfg, tmp_path / "ray")
+        with pytest.raises(TournamentError) as err:  # a participant an actor cannot load
+            run_tournament(hollow, tmp_path / "hollow", base=tmp_path)
     finally:
         ray.shutdown()
+    assert str(err.value).startswith("participant 'heuristic': ")
+    assert str(err.value).endswith("has no team.yaml (expected a run, checkpoint or exported "
+                                   "team folder)")
 
     def games(result) -> dict[str, tuple]:
         return {r.key: (r.seed, tuple(r.seats.items()), tuple(r.returns.items()))
