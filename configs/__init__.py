@@ -1,4 +1,5 @@
-"""Team configs: the ``marl-teams/v1`` schema, its loader, and the example team files.
+"""Configs: the team schema (``marl-teams/v1``), the tournament schema
+(``marl-teams/tournament/v1``, :mod:`configs.tournament`), their loader, and example files.
 
 A leaf package (pydantic, yaml and the standard library only) so that every other package can
 read configs.  Example team YAML files live next to this module and ship as package data.
@@ -24,7 +25,7 @@ EXAMPLES_DIR = Path(__file__).parent
 
 
 def examples() -> list[Path]:
-    """The example team files (``configs/*.yaml``), sorted by name."""
+    """The example files (``configs/*.yaml``: teams and tournaments), sorted by name."""
     return sorted(EXAMPLES_DIR.glob("*.yaml"))
 
 
