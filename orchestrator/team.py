@@ -100,10 +100,14 @@ def default_prompt(agent: Agent, ctx: NodeContext) -> list[dict[str, str]]:
         parts.append("Messages you received:\n" + "\n".join(
             f"- {h.agent} (round {h.round + 1}): {h.text.strip()}" for h in ctx.received))
     if ctx.decides:
-        parts.append("Your answer is the team's final answer: weigh what you received, then "
-                     "end with the answer.")
+        parts.append("Your answer is the team's final answer: combine what you received with "
+                     "what you know, work it out, then end with the answer.")
     elif ctx.votes:
         parts.append("Your answer is your vote for the team's answer: end with the answer.")
+    elif ctx.view:  # others may need what only this agent knows: a small model must be told
+        parts.append("Tell your teammates your private information"
+                     + (" and what you received" if ctx.received else "")
+                     + ", in one short sentence.")
     elif ctx.received:
         parts.append("Give your answer briefly, using or correcting these messages.")
     else:

@@ -128,8 +128,8 @@ def main() -> None:
     ap.add_argument("--task", choices=sorted(TEAMS), default="split_arithmetic")
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--helpers", type=int, default=1)
-    ap.add_argument("--max-new-tokens", type=int, default=32)
-    ap.add_argument("--updates", type=int, default=12)
+    ap.add_argument("--max-new-tokens", type=int, default=24)
+    ap.add_argument("--updates", type=int, default=16)
     ap.add_argument("--tasks-per-update", type=int, default=4)
     ap.add_argument("--graphs-per-task", type=int, default=4)
     ap.add_argument("--cost-weight", type=float, default=0.1, help="lambda per message")
@@ -140,6 +140,7 @@ def main() -> None:
     args = ap.parse_args()
 
     out = Path(args.out)
+    load_start = os.getloadavg()
     cfg: TeamConfig = load_config_text(team_yaml(args))
     t0 = time.perf_counter()
     trainer = Trainer(cfg, out / "run")
@@ -169,7 +170,9 @@ def main() -> None:
     learned = rows["learned"]
     goal = (full["ci95"][0] <= learned["accuracy"] <= full["ci95"][1] or
             learned["accuracy"] >= full["accuracy"]) and learned["messages_ratio"] <= 0.5
-    report = {"args": vars(args), "load_average": os.getloadavg(),
+    report = {"args": vars(args), "load_average": {"start": load_start,
+                                                    "end": os.getloadavg()},
+              "cpus": os.cpu_count(), "eval_seconds": round(time.perf_counter() - t0 - train_s, 1),
               "train_seconds": round(train_s, 1), "updates": trainer.step,
               "episodes_per_update": args.tasks_per_update * args.graphs_per_task,
               "edge_probs": {f"{s}->{d}": round(p, 3)
@@ -190,7 +193,8 @@ def main() -> None:
               f"{ratio:>9s} {r['messages_per_task']:5.2f} {r['messages_ratio']:9.2f} "
               f"{r['tokens_ratio']:11.2f}  {', '.join(r['edges']) or '(none)'}")
     print(f"goal (learned accuracy within complete's CI or above, <= 50% of its messages): "
-          f"{'met' if goal else 'not met'}; load average {os.getloadavg()[0]:.1f}")
+          f"{'met' if goal else 'not met'}; {os.cpu_count()} CPUs, load average (1 min) "
+          f"{load_start[0]:.1f} at start, {os.getloadavg()[0]:.1f} at end")
 
 
 if __name__ == "__main__":
