@@ -39,6 +39,10 @@ PANELS = {
     "evaluation": lambda r: list(r.get("eval", {}).items()),
     "parse-error rate": lambda r: ([("parse errors", r["parse_error_rate"])]
                                    if "parse_error_rate" in r else []),
+    "edge probabilities": lambda r: list(r.get("topology", {}).get("edge_probs", {}).items()),
+    "team task: score, messages, utility": lambda r: [
+        (k, r["topology"][k]) for k in ("score", "messages_per_task", "utility")
+        if k in r.get("topology", {})],
 }
 
 

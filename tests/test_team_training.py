@@ -145,6 +145,8 @@ def test_topology_only_team_trains_checkpoints_and_exports(tmp_path: Path) -> No
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [row["step"] for row in rows] == [1, 2]
     assert all("edge_probs" in row["topology"] for row in rows)
+    r = CliRunner().invoke(app, ["plot", str(run)])
+    assert r.exit_code == 0 and (run / "curves.png").is_file()
     resumed = Trainer(load_config_text(text), run, resume=True)  # no adapters folder
     assert resumed.step == 2 and resumed.runtime.weights() == {}
     r = CliRunner().invoke(app, ["export", str(run), "--out", str(out)])
