@@ -14,6 +14,7 @@ import random
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -43,33 +44,21 @@ def _common_prefix(seqs: list[list[int]]) -> int:
     return max(n, 0)
 
 
-def share_plan(prompts: list[list[int]], completions: list[list[int]]) -> list[list[int]]:
-    """Split (prompt, completion) pairs into batches that minimise the tokens run.
+def head_clusters(prompts: list[list[int]]) -> list[list[int]]:
+    """Group prompt indices whose prompts share a head of at least 16 tokens.
 
-    ``sequence_stats`` runs a batch's common head once.  Prompts are clustered by their shared
-    head (prompts of one seat share the system prompt and rules); within a cluster, one batch
-    runs ``head + every pair's (own prompt tail + completion)``, while one batch per distinct
-    prompt runs ``each prompt + its completions``.  Many short completions of few long prompts
-    (tic-tac-toe's nine cells) favour the second; few completions of many similar prompts
-    (Kuhn's two moves over a long shared rules text) the first.  Returns lists of pair indices.
+    Prompts of one seat share the system prompt and the rules; scoring runs such a head once
+    for the whole group (see ``ModelHost.candidate_scores``).  Identical prompts always share a
+    group; indices keep their order within a group.
     """
-    by_prompt: dict[tuple, list[int]] = {}
-    for i, p in enumerate(prompts):
-        by_prompt.setdefault(tuple(p), []).append(i)
-    clusters: list[list[tuple]] = []
-    for p in sorted(by_prompt):
-        if clusters and _common_prefix([list(clusters[-1][0]), list(p)]) >= 16:
-            clusters[-1].append(p)
+    order = sorted(range(len(prompts)), key=lambda i: prompts[i])
+    groups: list[list[int]] = []
+    for i in order:
+        if groups and _common_prefix([prompts[groups[-1][0]], prompts[i]]) >= 16:
+            groups[-1].append(i)
         else:
-            clusters.append([p])
-    plan = []
-    for cluster in clusters:
-        pairs = [i for p in cluster for i in by_prompt[p]]
-        head = _common_prefix([list(p) for p in cluster]) if len(cluster) > 1 else 0
-        together = head + sum(len(prompts[i]) - head + len(completions[i]) for i in pairs)
-        apart = sum(len(p) + sum(len(completions[i]) for i in by_prompt[p]) for p in cluster)
-        plan.extend([by_prompt[p] for p in cluster] if apart < together else [pairs])
-    return plan
+            groups.append([i])
+    return [sorted(g) for g in groups]
 
 
 class ModelHost:
@@ -239,6 +228,73 @@ class ModelHost:
                 ents.append(-(logsm.exp() * logsm).sum(-1))
         return logps, ents
 
+    def _decoder_and_head(self) -> tuple[torch.nn.Module, torch.nn.Module]:
+        base = self.model.get_base_model() if isinstance(self.model, PeftModel) else self.model
+        return base.get_decoder(), base.get_output_embeddings()
+
+    def _extend(self, rows: list[list[int]], start: torch.Tensor, cache: Any = None,
+                past_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, Any, torch.Tensor]:
+        """Run right-padded ``rows`` after ``cache`` (whose valid slots ``past_mask`` marks);
+        row i's first token sits at position ``start[i]``.  Returns the hidden states, the
+        extended cache and its mask."""
+        decoder, _ = self._decoder_and_head()
+        width = max(len(r) for r in rows)
+        ids = torch.full((len(rows), width), self.tokenizer.pad_token_id, dtype=torch.long)
+        new = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, r in enumerate(rows):
+            ids[i, : len(r)] = torch.tensor(r)
+            new[i, : len(r)] = 1
+        mask = new if past_mask is None else torch.cat([past_mask, new], 1)
+        positions = start[:, None] + torch.arange(width)
+        dev = self.device
+        out = decoder(input_ids=ids.to(dev), attention_mask=mask.to(dev),
+                      position_ids=positions.to(dev), use_cache=True,
+                      **({self._cache_kw: cache} if cache is not None else {}))
+        cache = out["cache"] if "cache" in out else out["past_key_values"]
+        return out.last_hidden_state, cache, mask
+
+    def _tree_scores(self, prompts: list[list[int]], candidates: list[list[list[int]]]
+                     ) -> list[torch.Tensor]:
+        """``log p(c | prompt)`` for every candidate of every prompt, each token run once.
+
+        Three levels share their work through the KV cache: the prompts' common head (once),
+        each prompt's own tail (once per prompt), then the candidates (once per pair).  Only
+        the positions that predict a candidate token go through the vocabulary projection.
+        """
+        _, lm_head = self._decoder_and_head()
+        head = _common_prefix(prompts) if len(prompts) > 1 else len(prompts[0]) - 1
+        tails = [p[head:] for p in prompts]
+        cache, mask = None, None
+        if head:
+            _, cache, mask = self._extend([prompts[0][:head]], torch.tensor([0]))
+            cache.batch_repeat_interleave(len(prompts))
+            mask = mask.expand(len(prompts), -1)
+        hidden, cache, mask = self._extend(tails, torch.full((len(prompts),), head), cache, mask)
+        last = torch.tensor([len(t) - 1 for t in tails])
+        first = hidden[torch.arange(len(prompts)), last.to(hidden.device)]  # predicts c[0]
+        owner = torch.tensor([i for i, cs in enumerate(candidates) for _ in cs])
+        flat = [c for cs in candidates for c in cs]
+        picks = [first[owner]]  # [pairs, hidden]: the state before each candidate's 1st token
+        if max(len(c) for c in flat) > 1:
+            cache.batch_select_indices(owner.to(self.device))
+            rest, _, _ = self._extend([c[:-1] for c in flat], head + last[owner] + 1, cache,
+                                      mask[owner])
+            picks.append(rest)
+        logits = lm_head(torch.cat([picks[0][:, None], *picks[1:]], 1)).float()
+        cap = getattr(self.model.config, "final_logit_softcapping", None)
+        if cap:
+            logits = torch.tanh(logits / cap) * cap
+        logp = F.log_softmax(logits, dim=-1)
+        width = logits.shape[1]
+        target = torch.zeros((len(flat), width), dtype=torch.long)
+        valid = torch.zeros((len(flat), width), dtype=torch.bool)
+        for i, c in enumerate(flat):
+            target[i, : len(c)] = torch.tensor(c)
+            valid[i, : len(c)] = True
+        dev = logp.device
+        tok = logp.gather(2, target.to(dev)[..., None]).squeeze(2) * valid.to(dev)
+        return list(tok.sum(1).split([len(cs) for cs in candidates]))
+
     def candidate_scores(self, prompts: list[list[int]], candidates: list[list[list[int]]]
                          ) -> list[torch.Tensor]:
         """``log p(candidate | prompt)`` (summed over its tokens) for each request's candidates.
@@ -266,11 +322,17 @@ class ModelHost:
                     uniq_c.append(c)
                 row.append(key)
             rows.append(row)
+        by_prompt: dict[tuple, list[int]] = {}
+        for i, prompt in enumerate(uniq_p):
+            by_prompt.setdefault(tuple(prompt), []).append(i)
+        distinct = [list(k) for k in by_prompt]
+        pair_ids = list(by_prompt.values())
         new = torch.zeros(len(uniq_p), device=self.device)
-        for batch in share_plan(uniq_p, uniq_c):
-            per = self.sequence_logprobs([uniq_p[i] for i in batch], [uniq_c[i] for i in batch])
-            new = new.index_put((torch.tensor(batch, device=self.device),),
-                                torch.stack([lp.sum() for lp in per]))
+        for group in head_clusters(distinct):
+            scores = self._tree_scores([distinct[g] for g in group],
+                                       [[uniq_c[i] for i in pair_ids[g]] for g in group])
+            idx = torch.tensor([i for g in group for i in pair_ids[g]], device=self.device)
+            new = new.index_put((idx,), torch.cat(scores))
         if not memo:
             return [new[[index[k] for k in row]] for row in rows]
         self._memo.update({k: float(new[i]) for k, i in index.items()})

@@ -13,7 +13,7 @@ import torch
 import games
 from agents import Agent
 from agents.builder import build_roster
-from agents.hf import HFPolicy, ModelHost, share_plan
+from agents.hf import HFPolicy, ModelHost, head_clusters
 from agents.models import build_tiny_random
 from agents.openai_backend import OpenAIPolicy
 from agents.policy import Request, Response
@@ -234,16 +234,36 @@ def test_choice_scores_are_remembered_until_a_weight_changes(host: ModelHost) ->
         assert torch.allclose(host.candidate_scores(prompts, cands)[0], first, atol=1e-5)
 
 
-def test_share_plan_picks_the_cheaper_batching() -> None:
+def test_head_clusters_group_prompts_by_shared_head() -> None:
     head = list(range(100))
-    # Kuhn-like: 3 prompts share a 100-token head, 2 one-token moves each: together runs
-    # 100 + 6 * (5 + 1) = 136 tokens, apart 3 * (105 + 2) = 321
-    kuhn = [head + [200 + k] * 5 for k in range(3) for _ in range(2)]
-    assert share_plan(kuhn, [[1]] * 6) == [[0, 1, 2, 3, 4, 5]]
-    # tic-tac-toe-like: 2 prompts with 60-token own tails, 9 cells each: together
-    # 100 + 18 * (60 + 1) = 1198, apart 2 * (160 + 9) = 338
-    board = [head + [300 + k] * 60 for k in range(2) for _ in range(9)]
-    assert share_plan(board, [[1]] * 18) == [list(range(9)), list(range(9, 18))]
-    # prompts that share fewer than 16 tokens are never batched around a head
-    other = [[7] * 50, [8] * 50]
-    assert share_plan(other, [[1], [1]]) == [[0], [1]]
+    seat0 = [head + [1, 200 + k] for k in range(3)]
+    seat1 = [list(range(5)) + [999] * 20 + [k] for k in range(2)]  # shares only 5 with seat 0
+    prompts = [seat0[0], seat1[0], seat0[1], seat1[1], seat0[2], [7] * 10]
+    assert sorted(head_clusters(prompts)) == [[0, 2, 4], [1, 3], [5]]
+
+
+def test_choice_scores_equal_separate_forwards_for_mixed_prompts(host: ModelHost) -> None:
+    """Heads, tails of different lengths, multi-token candidates: each score must equal the
+    log-prob of a plain forward over prompt + candidate."""
+    envs = []
+    for seed, moves in [(0, []), (1, [1]), (2, [0, 1]), (3, [])]:
+        env = games.make("kuhn_poker")
+        env.reset(seed=seed)
+        for m in moves:
+            env.step(m)
+        envs.append(env)
+    agent = Agent("x", "player", policy=None, mode="choice")  # type: ignore[arg-type]
+    prompts = [host.prompt_ids(agent.request(e, e.agent_selection).messages)[0] for e in envs]
+    cands = [[host.text_ids(t) for t in ("[Call]", "[Fold]", "I bet. [Bet]")]] * len(envs)
+    with torch.no_grad():  # a trained-looking adapter, so the LoRA path is exercised too
+        for name, w in host.model.named_parameters():
+            if "lora_B" in name and ".red." in name:
+                w.normal_(0, 0.3)
+    with host.use("red"), torch.no_grad():
+        got = host.candidate_scores(prompts, cands)
+        for p, cs, scores in zip(prompts, cands, got, strict=True):
+            for c, score in zip(cs, scores, strict=True):
+                ids = torch.tensor([p + c])
+                logits = host.model(input_ids=ids).logits[0, len(p) - 1: -1].float()
+                ref = torch.log_softmax(logits, -1).gather(1, torch.tensor(c)[:, None]).sum()
+                assert abs(float(score) - float(ref)) < 1e-4
