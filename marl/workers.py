@@ -22,6 +22,7 @@ import torch
 import games
 from agents import Agent
 from agents.builder import Roster, build_roster, hf_role_policy, host_key
+from agents.policy import Response
 from agents.rollout import Episode, RolloutEngine, Turn
 from configs import TeamConfig
 from games.tasks import make_task
@@ -96,11 +97,11 @@ class TeamPlayer:
         score = float(result.score or 0.0)
         turns = []
         for t in result.transcript:
-            r = t.response
+            r = t.response or Response(t.text)  # no ids: nothing to learn from this turn
             turns.append(Turn(spec.index, t.agent, t.agent, t.role, t.text, None, True, True,
-                              prompt_ids=list(r.prompt_ids) if r else [],
-                              completion_ids=list(r.completion_ids) if r else [],
-                              logprobs=list(r.logprobs) if r else []))
+                              prompt_ids=list(r.prompt_ids),
+                              completion_ids=list(r.completion_ids),
+                              logprobs=list(r.logprobs)))
         last = {t.agent: t for t in turns}  # the score arrives after each agent's last turn
         for t in last.values():
             t.reward = score
