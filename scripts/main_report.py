@@ -66,30 +66,35 @@ def read_ratings(path: Path) -> dict[str, dict[str, float]]:
                 for row in csv.DictReader(f)}
 
 
-def head_to_head(matches: Path, a: str, b: str) -> tuple[float, int]:
-    """``a``'s mean chips per game against ``b`` (both seats) and the number of games."""
-    total, n = 0.0, 0
+def head_to_head(matches: Path, a: str, b: str) -> tuple[float, float, int]:
+    """``a``'s mean chips per game against ``b`` (both seats), its 95% half-width, games."""
+    chips = []
     for line in matches.read_text().splitlines():
         rec = json.loads(line)
         by_player = {p: rec["returns"][s] for s, p in rec["seats"].items()}
         if set(by_player) == {a, b}:
-            total += by_player[a]
-            n += 1
-    return (total / n if n else float("nan")), n
+            chips.append(by_player[a])
+    n = len(chips)
+    if n < 2:
+        return float("nan"), float("nan"), n
+    mean = sum(chips) / n
+    sd = (sum((c - mean) ** 2 for c in chips) / (n - 1)) ** 0.5
+    return mean, 1.96 * sd / n ** 0.5, n
 
 
-def verdict(ratings: dict[str, dict[str, float]], last: str, chips: float) -> str:
+def verdict(ratings: dict[str, dict[str, float]], last: str, chips: float, half: float) -> str:
+    """Kuhn is won in chips: the head-to-head margin decides; ratings count hands won."""
     t, i = ratings[last], ratings[INITIAL]
-    if t["rating"] > i["rating"] and t["ci_low"] > i["ci_high"]:
-        return (f"{last} is AHEAD of the untrained model: rating {t['rating']:.0f} vs "
-                f"{i['rating']:.0f}, 95% intervals do not overlap.")
-    if t["rating"] > i["rating"]:
-        return (f"{last} is ahead of the untrained model on the point estimate only: rating "
-                f"{t['rating']:.0f} vs {i['rating']:.0f}, but the 95% intervals "
-                f"[{t['ci_low']:.0f}, {t['ci_high']:.0f}] and [{i['ci_low']:.0f}, "
-                f"{i['ci_high']:.0f}] overlap.")
-    return (f"{last} is NOT ahead of the untrained model: rating {t['rating']:.0f} vs "
-            f"{i['rating']:.0f} (head to head it won {chips:+.3f} chips a game).")
+    rating = f"rating {t['rating']:.0f} vs {i['rating']:.0f}"
+    if chips - half > 0:
+        return (f"{last} is AHEAD of the untrained model: it wins {chips:+.3f} +/- {half:.3f} "
+                f"chips a game against it (95% interval above 0); {rating}.")
+    if chips > 0:
+        return (f"{last} is ahead of the untrained model on the point estimate only: "
+                f"{chips:+.3f} +/- {half:.3f} chips a game (the 95% interval includes 0); "
+                f"{rating}.")
+    return (f"{last} is NOT ahead of the untrained model: {chips:+.3f} +/- {half:.3f} chips a "
+            f"game against it; {rating}.")
 
 
 def summary(run: Path) -> str:
@@ -98,7 +103,7 @@ def summary(run: Path) -> str:
     tdir = run / "tournament"
     ratings = read_ratings(tdir / "ratings.csv")
     last = trained_name(checkpoints(run)[-1])
-    chips, n = head_to_head(tdir / "matches.jsonl", last, INITIAL)
+    chips, half, n = head_to_head(tdir / "matches.jsonl", last, INITIAL)
     steps = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     trained_steps = max((s.get("step", 0) for s in steps), default=0)
     rows = "\n".join(
@@ -120,9 +125,11 @@ Tournament (round robin, both seats; Bradley-Terry ratings anchored on the rando
 |---|---|---|---|---|
 {rows}
 
-Head to head, {last} against the untrained model: {chips:+.3f} chips a game over {n} games.
+Head to head, {last} against the untrained model: {chips:+.3f} +/- {half:.3f} chips a game
+over {n} games (95% interval). Ratings count hands won; chips decide poker
+(`tournament/returns.csv` has every pair's mean chips).
 
-**{verdict(ratings, last, chips)}**
+**{verdict(ratings, last, chips, half)}**
 """
     (run / "REPORT.md").write_text(text)
     return text

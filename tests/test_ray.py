@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,20 @@ def team(ray_section: str, groups: int = 4) -> str:
 """)
 
 
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def kill_when_busy(pid: int, busy: float = 0.1) -> None:
+    """SIGKILL the actor once it has spent ``busy`` CPU seconds: inside the rollout call, so
+    the kill never races the call's end."""
+    start = cpu_seconds(pid)
+    while cpu_seconds(pid) - start < busy:
+        time.sleep(0.002)
+    os.kill(pid, signal.SIGKILL)
+
+
 def summary(episodes) -> list:
     return [(e.index, e.returns, [t.action for t in e.turns]) for e in episodes]
 
@@ -48,7 +63,8 @@ def test_killed_worker_is_replaced_and_the_step_completes(local_ray, tmp_path: P
     specs = trainer.plan(1)
     reference = summary(runtime.play(specs, 1, 0))
     pid = ray.get(runtime.workers[0].placement.remote())["pid"]
-    timer = threading.Timer(0.4, os.kill, (pid, signal.SIGKILL))
+    runtime.publish(runtime.weights(), {})  # reloaded weights: nothing remembered, full work
+    timer = threading.Thread(target=kill_when_busy, args=(pid,))
     timer.start()
     episodes = runtime.play(specs, 1, 0)
     timer.join()
