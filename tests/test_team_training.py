@@ -221,6 +221,6 @@ def test_topology_benchmark_runs_on_the_tiny_model(tmp_path: Path) -> None:
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     report = json.loads((tmp_path / "results.json").read_text())
-    assert set(report["results"]) == {"complete", "chain", "learned"}
+    assert set(report["results"]) == {"complete", "chain", "learned", "direct"}
     assert report["results"]["complete"]["messages_ratio"] == 1.0
     assert "goal (learned accuracy" in r.stdout

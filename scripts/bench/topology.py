@@ -10,9 +10,10 @@ graph differs.  In one run:
    lambda x messages, ``--tasks-per-update`` tasks x ``--graphs-per-task`` sampled graphs each
    (the baseline is the mean of the same task's other graphs);
 2. evaluation on ``--eval-tasks`` held-out tasks (seeds no training step uses) of the complete
-   graph, a chain through the helpers, and the learned graph deployed at p > 0.5: accuracy with
-   a 95% Wilson interval, messages and tokens per task, printed as ratios against the complete
-   graph.
+   graph, a chain through the helpers, and the learned graph deployed at p > 0.5 (plus, for
+   reference, "direct": the holders straight to the answerer, the helpers silent): accuracy
+   with a 95% Wilson interval, messages and tokens per task, printed as ratios against the
+   complete graph.
 
 Goal (issue 6): the learned graph's accuracy inside the complete graph's interval with at most
 half its messages.
@@ -160,7 +161,11 @@ def main() -> None:
     tasks = [make_task(args.task, EVAL_SEED + i, **kwargs) for i in range(args.eval_tasks)]
     graphs = {"complete": Topology(lt.agents, lt.candidates, final=lt.final, strict=False),
               "chain": Topology(lt.agents, chain(lt.agents), final=lt.final, strict=False),
-              "learned": lt.deploy()}
+              "learned": lt.deploy(),
+              # reference: each holder straight to the answerer, the helpers silent
+              "direct": Topology(lt.agents, [(a, lt.final, SPATIAL) for a, _p in
+                                             TEAMS[args.task][0][:-1]], final=lt.final,
+                                 strict=False)}
     rows = {name: evaluate(team, g, tasks) for name, g in graphs.items()}
     full = rows["complete"]
     for r in rows.values():
