@@ -106,10 +106,13 @@ def summary(run: Path) -> str:
     chips, half, n = head_to_head(tdir / "matches.jsonl", last, INITIAL)
     steps = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     trained_steps = max((s.get("step", 0) for s in steps), default=0)
+    expl = {f"trained@{s['step']}": f"{s['eval']['exploitability']:.3f}"
+            for s in steps if "eval" in s}
+    expl |= {INITIAL: f"{before:.3f}", RANDOM: f"{11 / 24:.3f}", NASH: "<= 0.001 (CFR)"}
     rows = "\n".join(
         f"| {name} | {r['rating']:.0f} | [{r['ci_low']:.0f}, {r['ci_high']:.0f}] | "
-        f"{r['games']:.0f} | {r['wins']:.0f} / {r['draws']:.0f} / {r['losses']:.0f} |"
-        for name, r in ratings.items())
+        f"{r['games']:.0f} | {r['wins']:.0f} / {r['draws']:.0f} / {r['losses']:.0f} | "
+        f"{expl.get(name, 'n/a')} |" for name, r in ratings.items())
     text = f"""# Main job: Kuhn poker self-play on SmolLM2-135M-Instruct
 
 Training: {trained_steps} steps (`{run}/metrics.jsonl`); learning curve `curves.png`.
@@ -121,8 +124,8 @@ untrained {before:.4f} -> trained {after:.4f} ({'lower, better' if after < befor
 Tournament (round robin, both seats; Bradley-Terry ratings anchored on the random bot at 0,
 95% bootstrap intervals; `tournament/report.html`):
 
-| participant | rating | 95% interval | games | W / D / L |
-|---|---|---|---|---|
+| participant | rating | 95% interval | games | W / D / L | exploitability |
+|---|---|---|---|---|---|
 {rows}
 
 Head to head, {last} against the untrained model: {chips:+.3f} +/- {half:.3f} chips a game
