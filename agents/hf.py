@@ -445,9 +445,11 @@ class HFPolicy:
         out = []
         for req, p, cs, s, t in zip(requests, prompts, cands, scores, cut, strict=True):
             i, logpi = choose(s, self.temperature, self.rng)
+            temp = self.temperature if self.temperature > 0 else 1.0
+            probs = torch.softmax(torch.tensor(s) / temp, 0).tolist()
             out.append(Response(text=req.action_texts[i], choice=i, prompt_ids=p,
                                 completion_ids=cs[i], logprobs=[logpi],
-                                candidate_ids=cs, truncated_prompt=t))
+                                candidate_ids=cs, action_probs=probs, truncated_prompt=t))
         return out
 
     def probabilities(self, requests: list[Request]) -> list[list[float]]:

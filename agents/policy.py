@@ -51,6 +51,7 @@ class Response:
     completion_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     candidate_ids: list[list[int]] | None = None
+    action_probs: list[float] | None = None  # choice decoding: the sampling distribution
     truncated_prompt: bool = False
 
 

@@ -41,6 +41,7 @@ class Turn:
     logprobs: list[float] = field(default_factory=list)
     candidate_ids: list[list[int]] | None = None
     choice: int | None = None  # index into candidate_ids (choice decoding)
+    action_probs: list[float] | None = None  # the distribution ``choice`` was drawn from
     public: Hashable | None = None  # the game's public_state at the decision, if it has one
     reward: float = 0.0
     seconds: float = 0.0
@@ -148,7 +149,7 @@ class RolloutEngine:
                     legal=action in legal, prompt_ids=resp.prompt_ids,
                     completion_ids=resp.completion_ids, logprobs=resp.logprobs,
                     candidate_ids=resp.candidate_ids, choice=resp.choice,
-                    public=public, seconds=seconds)
+                    action_probs=resp.action_probs, public=public, seconds=seconds)
         r.episode.turns.append(turn)
         r.last_turn[agent_id] = turn
         env.step(ILLEGAL if action is None else action)

@@ -38,7 +38,8 @@ class Samples:
     episodes: Sequence[Hashable] = ()  # episode id, for turn-level credit
     turn_rewards: Sequence[float] = ()  # reward that arrived right after this turn
     publics: Sequence[Hashable] = ()   # public state of the decision (None: nothing hidden)
-    actions: Sequence[Hashable] = ()   # the action taken
+    choices: Sequence[int | None] = ()  # index of the action taken among the legal ones
+    probs: Sequence[Sequence[float] | None] = ()  # the distribution it was drawn from
 
 
 @dataclass
@@ -114,26 +115,35 @@ def turn_level_advantages(s: Samples, gamma: float = 1.0) -> Advantages:
 
 
 def remove_common_mode(adv: np.ndarray, s: Samples, fraction: float) -> np.ndarray:
-    """Subtract ``fraction`` of each action's mean advantage across private information.
+    """Project out the part of the advantages that moves every private state alike.
 
-        A'_i = A_i - c * mean{ A_j : public_j = public_i, agent_j = agent_i, a_j = a_i }
+    In a public state P (poker: the betting, not the card) a model that reads its card weakly
+    has nearly the same logit gradient for every card, so its update along action k is
 
-    A model that reads its card weakly gives "bet with J" and "bet with K" nearly the same
-    gradient, so the update follows the *sum* of their advantages (is betting good on
-    average?) and drifts card-blind to always-bet (REFERENCE.md section 9).  With c = 1 those
-    sums are zero in every public state, leaving only the part that depends on the private
-    information; c < 1 keeps some of the common signal.  Decisions with no public state
-    (games that hide nothing) are left as they are.
+        G_k = sum_{i in P} A_i * (1[a_i = k] - pi_i(k))      (the score of a softmax choice)
+
+    whatever the cards: "bet more with every card" (REFERENCE.md section 9's card-blind
+    drift).  With S the matrix of those scores (one row per decision of one agent in P):
+
+        A' = A - c * S @ lstsq(S, A)        so that  S^T A' = 0  when c = 1,
+
+    leaving only the card-dependent signal; c < 1 keeps some of the common one.  Subtracting
+    each action's mean advantage instead would not do: the score factors (1 - pi) differ
+    between cards, and the common push it leaves collapses the policy.  Decisions without a
+    public state or a choice distribution (free text) keep their advantages.
     """
     if fraction == 0 or not s.publics:
         return adv
     out = adv.astype(np.float64, copy=True)
     cells: dict[Hashable, list[int]] = defaultdict(list)
-    for i, (pub, agent, action) in enumerate(zip(s.publics, s.agents, s.actions, strict=True)):
-        if pub is not None:
-            cells[(pub, agent, action)].append(i)
+    for i, (pub, agent, probs) in enumerate(zip(s.publics, s.agents, s.probs, strict=True)):
+        if pub is not None and probs is not None:
+            cells[(pub, agent, len(probs))].append(i)
     for idx in cells.values():
-        out[idx] -= fraction * adv[idx].mean()
+        scores = np.array([[float(k == s.choices[i]) - p for k, p in enumerate(s.probs[i])]
+                           for i in idx])
+        lam = np.linalg.lstsq(scores, adv[idx], rcond=None)[0]
+        out[idx] -= fraction * scores @ lam
     return out
 
 

@@ -186,7 +186,8 @@ class Trainer:
             games=[ep.game for ep, _ in rows], roles=[t.role for _, t in rows],
             episodes=[ep.index for ep, _ in rows],
             turn_rewards=[t.reward * tc.reward_scales.get(t.agent, 1.0) for _, t in rows],
-            publics=[t.public for _, t in rows], actions=[t.action for _, t in rows])
+            publics=[t.public for _, t in rows], choices=[t.choice for _, t in rows],
+            probs=[t.action_probs for _, t in rows])
 
     def items(self, rows: list[tuple[Episode, Turn]], adv: Advantages
               ) -> dict[str, list[TrainItem]]:

@@ -75,18 +75,21 @@ def test_turn_level_discounts_per_player_then_normalises() -> None:
 
 
 def test_common_mode_removal_keeps_only_what_depends_on_the_card() -> None:
-    # public state "?:" for seat a: bet with K has advantages +2, +1; bet with J -1; check
-    # with J +1.  Bet's mean across cards is (2 + 1 - 1) / 3 = 2/3, check's is 1.
-    # The decision with public None (a game that hides nothing) keeps its value.
-    adv = np.array([2.0, 1.0, -1.0, 1.0, 5.0])
-    s = Samples(rewards=[0] * 5, groups=["K:", "K:", "J:", "J:", "x"], agents=["a"] * 5,
-                publics=["?:", "?:", "?:", "?:", None], actions=[1, 1, 1, 0, 1])
-    half = remove_common_mode(adv, s, 0.5)
-    assert np.allclose(half, [2 - 1 / 3, 1 - 1 / 3, -1 - 1 / 3, 0.5, 5.0])
+    # public "?:" of seat a, actions (check, bet): K bets (pi = .5, .5) with A = +1, J bets
+    # (pi = .2, .8) with A = -1, J checks with A = +0.5.  Score rows 1[a = k] - pi(k):
+    # K bet (-.5, .5), J bet (-.2, .2), J check (.8, -.8): one direction v = (.5, .2, -.8).
+    # Projection: A' = A - c v (v.A) / (v.v), v.A = .5 - .2 - .4 = -.1, v.v = .93.
+    adv = np.array([1.0, -1.0, 0.5, 5.0])
+    s = Samples(rewards=[0] * 4, groups=["K:", "J:", "J:", "x"], agents=["a"] * 4,
+                publics=["?:", "?:", "?:", None], choices=[1, 1, 0, 1],
+                probs=[[0.5, 0.5], [0.2, 0.8], [0.2, 0.8], [0.5, 0.5]])
+    v = np.array([0.5, 0.2, -0.8])
     full = remove_common_mode(adv, s, 1.0)
-    assert np.allclose(full, [4 / 3, 1 / 3, -5 / 3, 0.0, 5.0])
-    bets = [i for i in range(4) if s.actions[i] == 1]
-    assert abs(full[bets].sum()) < 1e-12  # the card-blind direction gets no net push
+    assert np.allclose(full[:3], adv[:3] + v * 0.1 / 0.93)
+    assert abs(full[:3] @ v) < 1e-12  # no net push on "bet" for every card alike
+    assert full[3] == 5.0  # no public state: unchanged
+    half = remove_common_mode(adv, s, 0.5)
+    assert np.allclose(half[:3], adv[:3] + 0.5 * v * 0.1 / 0.93)
     assert remove_common_mode(adv, s, 0.0) is adv
 
 
