@@ -224,3 +224,4 @@ def test_topology_benchmark_runs_on_the_tiny_model(tmp_path: Path) -> None:
     assert set(report["results"]) == {"complete", "chain", "learned", "direct"}
     assert report["results"]["complete"]["messages_ratio"] == 1.0
     assert "goal (learned accuracy" in r.stdout
+    assert (tmp_path / "run" / "latest").is_file()  # a run folder marl export reads

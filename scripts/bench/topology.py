@@ -16,7 +16,8 @@ graph differs.  In one run:
    complete graph.
 
 Goal (issue 6): the learned graph's accuracy inside the complete graph's interval with at most
-half its messages.
+half its messages.  ``OUT/run`` is an ordinary run folder (metrics.jsonl, a checkpoint with
+topology.safetensors): ``marl plot``, ``marl topology show`` and ``marl export`` read it.
 
     .venv/bin/python scripts/bench/topology.py --out runs/bench_topology
 """
@@ -38,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from configs import TeamConfig, load_config_text  # noqa: E402
 from games.tasks import make_task  # noqa: E402
 from marl.topology import LearnedGraph  # noqa: E402
-from marl.trainer import Trainer  # noqa: E402
+from marl.trainer import StepResult, Trainer  # noqa: E402
 from orchestrator.team import Team, TeamResult  # noqa: E402
 from topologies import SPATIAL, Topology  # noqa: E402
 
@@ -147,12 +148,14 @@ def main() -> None:
     trainer = Trainer(cfg, out / "run")
     graph = trainer.graph
     assert isinstance(graph, LearnedGraph)
-    for res in iter(lambda: trainer.train_step() if trainer.step < args.updates else None,
-                    None):
+
+    def show(res: StepResult) -> None:
         topo = res.metrics["topology"]
         print(f"update {res.step:3d}  score {topo['score']:.2f}  messages "
               f"{topo['messages_per_task']:.2f}  utility {topo['utility']:.3f}  p "
               + " ".join(f"{k}={v:.2f}" for k, v in topo["edge_probs"].items()), flush=True)
+
+    trainer.fit(on_step=show)  # OUT/run: metrics.jsonl, a checkpoint `marl export` deploys
     train_s = time.perf_counter() - t0
 
     lt = graph.lt
