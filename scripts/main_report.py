@@ -108,7 +108,8 @@ def summary(run: Path) -> str:
     trained_steps = max((s.get("step", 0) for s in steps), default=0)
     expl = {f"trained@{s['step']}": f"{s['eval']['exploitability']:.3f}"
             for s in steps if "eval" in s}
-    expl |= {INITIAL: f"{before:.3f}", RANDOM: f"{11 / 24:.3f}", NASH: "<= 0.001 (CFR)"}
+    expl |= {INITIAL: f"{before:.3f}", RANDOM: f"{11 / 24:.3f}", NASH: "<= 0.001 (CFR)",
+             last: f"{after:.3f}"}  # after.json reads the last checkpoint
     rows = "\n".join(
         f"| {name} | {r['rating']:.0f} | [{r['ci_low']:.0f}, {r['ci_high']:.0f}] | "
         f"{r['games']:.0f} | {r['wins']:.0f} / {r['draws']:.0f} / {r['losses']:.0f} | "
