@@ -325,6 +325,9 @@ class Trainer:
                 res = self.train_step()
                 stop = self.bad_steps >= tc.max_bad_steps
                 last = self.step == tc.steps or time.monotonic() >= deadline
+                if last and self.exact_eval and "eval" not in res.metrics:
+                    # a time budget ended the run: its final policy gets its figure too
+                    res.metrics["eval"] = {"exploitability": self.runtime.exploitability()}
                 if not stop and (self.step % tc.checkpoint_every == 0 or last):
                     t = time.perf_counter()
                     self.checkpoint(res.metrics)

@@ -266,6 +266,15 @@ def test_time_budget_stops_after_the_crossing_step_with_a_checkpoint(tmp_path: P
     assert (tmp_path / "run" / "latest").read_text() == "step_000001"
 
 
+def test_a_time_budget_stop_still_evaluates_the_final_policy(tmp_path: Path) -> None:
+    cfg = load_config_text(tiny_team("kuhn_poker", "  steps: 50\n  eval_every: 20\n"
+                                     "  groups_per_step: 1\n  max_minutes: 0.00001\n"
+                                     "  ray: {enabled: false}\n"))
+    hist = Trainer(cfg, tmp_path / "run").fit()
+    assert [h["step"] for h in hist] == [1]
+    assert 0 < hist[0]["eval"]["exploitability"] < 1
+
+
 def test_train_refuses_to_mix_into_an_existing_run(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
