@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import math
 import random
 import warnings
 from collections.abc import Iterator, Sequence
@@ -20,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from peft import LoraConfig, PeftModel, get_peft_model
 
-from agents.policy import Request, Response, choose, register_backend
+from agents.policy import Request, Response, choice_logprobs, choose, register_backend
 
 
 def left_pad(prompts: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -197,25 +198,10 @@ class ModelHost:
         # let every sequence attend to that one cached copy.
         lcp = _common_prefix(prompts) if len(seqs) > 1 else 0
         lcp = lcp if lcp >= 16 else 0
-        cached: dict = {}
-        if lcp:
-            head = torch.tensor([seqs[0][:lcp]], device=self.device)
-            out = self.model(input_ids=head, use_cache=True)
-            cache = out["cache"] if "cache" in out else out["past_key_values"]
-            cache.batch_repeat_interleave(len(seqs))
-            cached = {self._cache_kw: cache}
-        rests = [s[lcp:] for s in seqs]
-        width = max(len(r) for r in rests)
-        pad = self.tokenizer.pad_token_id
-        ids = torch.full((len(seqs), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(seqs), lcp + width), dtype=torch.long)
-        mask[:, :lcp] = 1
-        for i, r in enumerate(rests):
-            ids[i, : len(r)] = torch.tensor(r)
-            mask[i, lcp : lcp + len(r)] = 1
-        positions = (lcp + torch.arange(width)).expand(len(seqs), width)
-        logits = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
-                            position_ids=positions.to(self.device), **cached).logits.float()
+        cache, mask = self._shared_head(seqs[0][:lcp], len(seqs))
+        hidden, _, _ = self._extend([q[lcp:] for q in seqs], torch.full((len(seqs),), lcp),
+                                    cache, mask)
+        logits = self._logits(hidden)
         logps, ents = [], []
         for i, (p, c) in enumerate(zip(prompts, completions, strict=True)):
             # logits at position t predict token t+1 (positions counted after the shared head)
@@ -228,16 +214,21 @@ class ModelHost:
                 ents.append(-(logsm.exp() * logsm).sum(-1))
         return logps, ents
 
-    def _decoder_and_head(self) -> tuple[torch.nn.Module, torch.nn.Module]:
-        base = self.model.get_base_model() if isinstance(self.model, PeftModel) else self.model
-        return base.get_decoder(), base.get_output_embeddings()
+    def _base(self) -> torch.nn.Module:
+        return self.model.get_base_model() if isinstance(self.model, PeftModel) else self.model
+
+    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The LM head on chosen hidden states (float32), with the model's logit soft-cap."""
+        logits = self._base().get_output_embeddings()(hidden).float()
+        cap = getattr(self.model.config, "final_logit_softcapping", None)
+        return torch.tanh(logits / cap) * cap if cap else logits
 
     def _extend(self, rows: list[list[int]], start: torch.Tensor, cache: Any = None,
                 past_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, Any, torch.Tensor]:
         """Run right-padded ``rows`` after ``cache`` (whose valid slots ``past_mask`` marks);
         row i's first token sits at position ``start[i]``.  Returns the hidden states, the
         extended cache and its mask."""
-        decoder, _ = self._decoder_and_head()
+        decoder = self._base().get_decoder()
         width = max(len(r) for r in rows)
         ids = torch.full((len(rows), width), self.tokenizer.pad_token_id, dtype=torch.long)
         new = torch.zeros((len(rows), width), dtype=torch.long)
@@ -253,6 +244,14 @@ class ModelHost:
         cache = out["cache"] if "cache" in out else out["past_key_values"]
         return out.last_hidden_state, cache, mask
 
+    def _shared_head(self, head: list[int], rows: int) -> tuple[Any, torch.Tensor | None]:
+        """Run ``head`` once; its cache and mask repeated for ``rows`` sequences to extend."""
+        if not head:
+            return None, None
+        _, cache, mask = self._extend([head], torch.tensor([0]))
+        cache.batch_repeat_interleave(rows)
+        return cache, mask.expand(rows, -1)
+
     def _tree_scores(self, prompts: list[list[int]], candidates: list[list[list[int]]]
                      ) -> list[torch.Tensor]:
         """``log p(c | prompt)`` for every candidate of every prompt, each token run once.
@@ -261,14 +260,9 @@ class ModelHost:
         each prompt's own tail (once per prompt), then the candidates (once per pair).  Only
         the positions that predict a candidate token go through the vocabulary projection.
         """
-        _, lm_head = self._decoder_and_head()
         head = _common_prefix(prompts) if len(prompts) > 1 else len(prompts[0]) - 1
         tails = [p[head:] for p in prompts]
-        cache, mask = None, None
-        if head:
-            _, cache, mask = self._extend([prompts[0][:head]], torch.tensor([0]))
-            cache.batch_repeat_interleave(len(prompts))
-            mask = mask.expand(len(prompts), -1)
+        cache, mask = self._shared_head(prompts[0][:head], len(prompts))
         hidden, cache, mask = self._extend(tails, torch.full((len(prompts),), head), cache, mask)
         last = torch.tensor([len(t) - 1 for t in tails])
         first = hidden[torch.arange(len(prompts)), last.to(hidden.device)]  # predicts c[0]
@@ -280,10 +274,7 @@ class ModelHost:
             rest, _, _ = self._extend([c[:-1] for c in flat], head + last[owner] + 1, cache,
                                       mask[owner])
             picks.append(rest)
-        logits = lm_head(torch.cat([picks[0][:, None], *picks[1:]], 1)).float()
-        cap = getattr(self.model.config, "final_logit_softcapping", None)
-        if cap:
-            logits = torch.tanh(logits / cap) * cap
+        logits = self._logits(torch.cat([picks[0][:, None], *picks[1:]], 1))
         logp = F.log_softmax(logits, dim=-1)
         width = logits.shape[1]
         target = torch.zeros((len(flat), width), dtype=torch.long)
@@ -304,10 +295,11 @@ class ModelHost:
         information states, so this cuts the work by an order of magnitude.
         """
         memo = not torch.is_grad_enabled() and not self.model.training
-        version = self._weights_version()
-        if version != self._memo_weights or len(self._memo) > 200_000:
-            self._memo.clear()
-            self._memo_weights = version
+        if memo:
+            version = self._weights_version()
+            if version != self._memo_weights or len(self._memo) > 200_000:
+                self._memo.clear()
+                self._memo_weights = version
         index: dict[tuple, int] = {}
         uniq_p: list[list[int]] = []
         uniq_c: list[list[int]] = []
@@ -445,11 +437,9 @@ class HFPolicy:
         out = []
         for req, p, cs, s, t in zip(requests, prompts, cands, scores, cut, strict=True):
             i, logpi = choose(s, self.temperature, self.rng)
-            temp = self.temperature if self.temperature > 0 else 1.0
-            probs = torch.softmax(torch.tensor(s) / temp, 0).tolist()
             out.append(Response(text=req.action_texts[i], choice=i, prompt_ids=p,
-                                completion_ids=cs[i], logprobs=[logpi],
-                                candidate_ids=cs, action_probs=probs, truncated_prompt=t))
+                                completion_ids=cs[i], logprobs=[logpi[i]], candidate_ids=cs,
+                                action_probs=[math.exp(x) for x in logpi], truncated_prompt=t))
         return out
 
     def probabilities(self, requests: list[Request]) -> list[list[float]]:
@@ -459,12 +449,7 @@ class HFPolicy:
                    for r in requests]
         with self.host.use(self.adapter):
             _, scores = self._scores(requests, prompts)
-        t = self.temperature if self.temperature > 0 else 1.0
-        out = []
-        for s in scores:
-            z = torch.tensor(s) / t
-            out.append(torch.softmax(z, 0).tolist())
-        return out
+        return [[math.exp(x) for x in choice_logprobs(s, self.temperature)] for s in scores]
 
 
 @register_backend("hf")

@@ -88,17 +88,21 @@ def make_policy(backend: str, **kwargs: Any) -> Policy:
     return factory(**kwargs)
 
 
-def choose(scores: list[float], temperature: float, rng: random.Random) -> tuple[int, float]:
-    """Sample an action from candidate scores; returns (index, log pi(index)).
-
-    ``pi = softmax(scores / T)``; ``T = 0`` means greedy, with log pi reported at ``T = 1``.
-    """
+def choice_logprobs(scores: list[float], temperature: float) -> list[float]:
+    """``log softmax(scores / T)``; ``T = 0`` (greedy) reads the distribution at ``T = 1``."""
     t = temperature if temperature > 0 else 1.0
     z = max(s / t for s in scores)
     logz = z + math.log(sum(math.exp(s / t - z) for s in scores))
-    logpi = [s / t - logz for s in scores]
+    return [s / t - logz for s in scores]
+
+
+def choose(scores: list[float], temperature: float, rng: random.Random
+           ) -> tuple[int, list[float]]:
+    """Sample an action from candidate scores; returns its index and ``log pi`` of every
+    candidate (``choice_logprobs``), greedy when ``T = 0``."""
+    logpi = choice_logprobs(scores, temperature)
     if temperature > 0:
         i = rng.choices(range(len(scores)), weights=[math.exp(x) for x in logpi])[0]
     else:
         i = max(range(len(scores)), key=logpi.__getitem__)
-    return i, logpi[i]
+    return i, logpi

@@ -8,6 +8,7 @@ so vLLM reloads it.  ``choice`` decoding scores prompt + candidate with ``prompt
 
 from __future__ import annotations
 
+import math
 import random
 from typing import Any
 
@@ -97,7 +98,8 @@ class VLLMPolicy:
                 k += 1
             i, logpi = choose(scores, self.temperature, self.rng)
             res.append(Response(text=r.action_texts[i], choice=i, prompt_ids=p,
-                                completion_ids=cs[i], logprobs=[logpi], candidate_ids=cs))
+                                completion_ids=cs[i], logprobs=[logpi[i]], candidate_ids=cs,
+                                action_probs=[math.exp(x) for x in logpi]))
         return res
 
 
