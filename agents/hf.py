@@ -13,6 +13,7 @@ import inspect
 import math
 import random
 import warnings
+from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -72,10 +73,12 @@ class ModelHost:
             tokenizer.pad_token = tokenizer.eos_token
         self.adapters: list[str] = []
         self.truncations = 0
-        # candidate scores of the current weights, by (active adapter, prompt, candidate):
-        # small games revisit a few states all the time; any weight change clears it
-        self._memo: dict[tuple, float] = {}
-        self._memo_weights: tuple[int, int] = (-1, -1)
+        # candidate scores by adapter (None: base), then (prompt, candidate): small games
+        # revisit a few states all the time.  An adapter's entries last until its weights or
+        # the base's change, so frozen league snapshots keep theirs while the policy trains
+        self._memo: dict[str | None, dict[tuple, float]] = {}
+        self._memo_version: dict[str | None, tuple[int, ...]] = {}
+        self._owners: dict[str | None, list[torch.Tensor]] | None = None
         self._active: str | None = None
         # transformers 5 renamed the KV-cache argument; older releases (vLLM pins one) differ
         forward = inspect.signature(type(model).forward).parameters
@@ -101,6 +104,7 @@ class ModelHost:
                 self.model = get_peft_model(self.model, cfg, adapter_name=name).eval()
                 self._active = name
         self.adapters.append(name)
+        self._forget(name)
 
     def save_adapter(self, name: str, path: str | Path) -> None:
         """Write one adapter as a PEFT folder (adapter_config.json + safetensors weights)."""
@@ -127,6 +131,7 @@ class ModelHost:
                                                    is_trainable=trainable).eval()
             self._active = name
         self.adapters.append(name)
+        self._forget(name)
 
     @contextlib.contextmanager
     def use(self, adapter: str | None) -> Iterator[None]:
@@ -149,11 +154,24 @@ class ModelHost:
             self._active = adapter
             yield
 
-    def _weights_version(self) -> tuple[int, int]:
-        """Changes whenever any parameter is written in place (optimizer steps, loading):
-        torch bumps a tensor's version counter on every in-place operation."""
-        params = list(self.model.parameters())
-        return len(params), sum(p._version for p in params)
+    def _forget(self, adapter: str) -> None:
+        """An adapter was added or removed: its remembered scores and the owner map go."""
+        self._memo.pop(adapter, None)
+        self._owners = None
+
+    def _weights_version(self, adapter: str | None) -> tuple[int, ...]:
+        """Changes whenever a parameter that ``adapter``'s scores depend on (its own and the
+        base's) is written in place (optimizer steps, loading): torch bumps a tensor's version
+        counter on every in-place operation."""
+        if self._owners is None:
+            self._owners = defaultdict(list)
+            for name, p in self.model.named_parameters():
+                owner = None
+                if "lora_" in name:
+                    owner = next((a for a in self.adapters if f".{a}." in f"{name}."), "?")
+                self._owners[owner].append(p)
+        base, own = self._owners[None], self._owners.get(adapter, []) if adapter else []
+        return (len(base), sum(p._version for p in base), len(own), sum(p._version for p in own))
 
     # ----- tokenisation
     def prompt_ids(self, messages: list[dict[str, str]],
@@ -295,11 +313,12 @@ class ModelHost:
         information states, so this cuts the work by an order of magnitude.
         """
         memo = not torch.is_grad_enabled() and not self.model.training
+        known = self._memo.setdefault(self._active, {})
         if memo:
-            version = self._weights_version()
-            if version != self._memo_weights or len(self._memo) > 200_000:
-                self._memo.clear()
-                self._memo_weights = version
+            version = self._weights_version(self._active)
+            if version != self._memo_version.get(self._active) or len(known) > 200_000:
+                known.clear()
+                self._memo_version[self._active] = version
         index: dict[tuple, int] = {}
         uniq_p: list[list[int]] = []
         uniq_c: list[list[int]] = []
@@ -307,8 +326,8 @@ class ModelHost:
         for p, cs in zip(prompts, candidates, strict=True):
             row = []
             for c in cs:
-                key = (self._active, tuple(p), tuple(c))
-                if key not in index and not (memo and key in self._memo):
+                key = (tuple(p), tuple(c))
+                if key not in index and not (memo and key in known):
                     index[key] = len(uniq_p)
                     uniq_p.append(p)
                     uniq_c.append(c)
@@ -327,8 +346,8 @@ class ModelHost:
             new = new.index_put((idx,), torch.cat(scores))
         if not memo:
             return [new[[index[k] for k in row]] for row in rows]
-        self._memo.update({k: float(new[i]) for k, i in index.items()})
-        return [torch.tensor([self._memo[k] for k in row], device=self.device) for row in rows]
+        known.update({k: float(new[i]) for k, i in index.items()})
+        return [torch.tensor([known[k] for k in row], device=self.device) for row in rows]
 
     def adapter_weights(self, name: str) -> dict[str, torch.Tensor]:
         """The adapter's tensors (CPU copies), keyed without the adapter name: what learners
@@ -349,6 +368,7 @@ class ModelHost:
     def delete_adapter(self, name: str) -> None:
         self.model.delete_adapter(name)
         self.adapters.remove(name)
+        self._forget(name)
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], max_new_tokens: int, temperature: float,

@@ -68,8 +68,8 @@ class TrainConfig(StrictModel):
                             "identical observation (anchor states).")
     common_mode: float = Field(
         0.0, ge=0.0, le=1.0,
-        description="Fraction of each action's mean advantage across private information "
-                    "(same public state, agent and action) to subtract: 1 trains only what "
+        description="Fraction of the advantages' projection on the card-blind score "
+                    "directions of each (public state, agent) to remove: 1 trains only what "
                     "depends on the private cards, against card-blind drift in poker.")
     reward: Literal["individual", "team"] = Field(
         "individual", description="team: every agent gets the team's mean reward (MAGRPO).")
@@ -85,6 +85,10 @@ class TrainConfig(StrictModel):
                                                                 "checkpoint) after the step that "
                                                                 "crosses it.")
     lr: float = Field(1e-4, gt=0)
+    lr_decay: float = Field(
+        0.0, ge=0, description="Inverse-time decay: step t uses lr / (1 + lr_decay * (t - 1)). "
+                               "In self-play a constant step keeps the last iterate circling the "
+                               "equilibrium; a decaying one lets it settle.")
     clip_low: float = Field(0.2, ge=0)
     clip_high: float = Field(0.28, ge=0)
     kl: float = Field(0.0, ge=0, description="beta of the k3 KL to the base model.")
@@ -101,3 +105,7 @@ class TrainConfig(StrictModel):
     league: LeagueConfig = Field(default_factory=LeagueConfig)
     ray: RayConfig = Field(default_factory=RayConfig)
     learner: LearnerConfig = Field(default_factory=LearnerConfig)
+
+    def lr_at(self, step: int) -> float:
+        """The learning rate of training step ``step`` (1-based)."""
+        return self.lr / (1.0 + self.lr_decay * (step - 1))

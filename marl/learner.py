@@ -165,8 +165,11 @@ class Learner:
         return chunks
 
     # ----- one optimizer step
-    def update(self, items: list[TrainItem]) -> UpdateStats:
-        """Accumulate the loss of every item, per agent, then take one clipped step."""
+    def update(self, items: list[TrainItem], lr: float | None = None) -> UpdateStats:
+        """Accumulate the loss of every item, per agent, then take one clipped step (at
+        ``lr`` when given)."""
+        if lr is not None:
+            self.optimizer.set_lr(lr)
         items = [it for it in items if it.completion_ids or it.candidate_ids]
         n_total = sum(1 if it.candidate_ids is not None else len(it.completion_ids)
                       for it in items)

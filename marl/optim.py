@@ -62,6 +62,9 @@ class Optimizer(Protocol):
     def discard(self) -> None:
         """Drop the gradient accumulated since ``zero_grad`` without changing the weights."""
 
+    def set_lr(self, lr: float) -> None:
+        """The learning rate of the next ``step`` (schedules are the trainer's)."""
+
     def state_dict(self) -> dict:
         """AdamW state in torch's per-parameter format (``state``/``param_groups``)."""
 
@@ -104,6 +107,10 @@ class TorchAdamW:
 
     def discard(self) -> None:
         self.optimizer.zero_grad(set_to_none=False)
+
+    def set_lr(self, lr: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
 
     def state_dict(self) -> dict:
         return self.optimizer.state_dict()
@@ -262,6 +269,12 @@ class DeepSpeedAdamW:
             self.engine.step()
         norm = self.engine.get_global_grad_norm()
         return float("nan") if norm is None else float(norm)
+
+    def set_lr(self, lr: float) -> None:
+        """ZeRO steps the client optimizer over its flat partitions, whose groups keep the
+        client's ``lr`` entries."""
+        for group in self.client.param_groups:
+            group["lr"] = lr
 
     def discard(self) -> None:
         """DeepSpeed has no call that drops a half-accumulated gradient (ZeRO-2/3 have already

@@ -53,9 +53,9 @@ class LearnerProcess:
                                optimizer=make_optimizer(tc.learner.backend,
                                                         tc.learner.zero_stage))
 
-    def update(self, items: list[TrainItem], seed: int) -> UpdateStats:
+    def update(self, items: list[TrainItem], seed: int, lr: float | None = None) -> UpdateStats:
         torch.manual_seed(seed)
-        return self.learner.update(items)
+        return self.learner.update(items, lr)
 
     def weights(self) -> Weights:
         return self.learner.weights()
@@ -83,8 +83,9 @@ class LocalRuntime:
     def play(self, specs: list[EpisodeSpec], step: int, seed: int) -> list[Episode]:
         return self.worker.play(specs, step, seed)
 
-    def update(self, items: dict[str, list[TrainItem]], seed: int) -> dict[str, UpdateStats]:
-        return {k: self.learners[k].update(v, seed) for k, v in items.items()}
+    def update(self, items: dict[str, list[TrainItem]], seed: int,
+               lr: float | None = None) -> dict[str, UpdateStats]:
+        return {k: self.learners[k].update(v, seed, lr) for k, v in items.items()}
 
     def publish(self, weights: Weights, snapshots: dict[str, Weights]) -> None:
         if not self.shared:  # otherwise the worker's model is the learners'
@@ -191,8 +192,9 @@ class RayRuntime:
                     pending[i] = self.workers[i].play.remote(chunks[i], step, seed)
         return out
 
-    def update(self, items: dict[str, list[TrainItem]], seed: int) -> dict[str, UpdateStats]:
-        refs = {k: self.learners[k].update.remote(v, seed) for k, v in items.items()}
+    def update(self, items: dict[str, list[TrainItem]], seed: int,
+               lr: float | None = None) -> dict[str, UpdateStats]:
+        refs = {k: self.learners[k].update.remote(v, seed, lr) for k, v in items.items()}
         return {k: self.ray.get(r) for k, r in refs.items()}
 
     def publish(self, weights: Weights, snapshots: dict[str, Weights]) -> None:

@@ -217,7 +217,8 @@ class Trainer:
         adv.values = remove_common_mode(adv.values, samples, self.tc.common_mode)
         items = self.items(rows, adv)
         t2 = time.perf_counter()
-        stats = self.runtime.update(items, derive_seed(self.tc.seed, step, "update"))
+        stats = self.runtime.update(items, derive_seed(self.tc.seed, step, "update"),
+                                    self.tc.lr_at(step))
         skipped = any(s.skipped for s in stats.values())
         topology = self.graph.update(episodes, specs)
         t3 = time.perf_counter()

@@ -219,9 +219,11 @@ def test_choice_scores_are_remembered_until_a_weight_changes(host: ModelHost) ->
         [host.text_ids(t) for t in req.action_texts]]
     with host.use("red"), torch.no_grad():
         first = host.candidate_scores(prompts, cands)[0]
-        assert len(host._memo) == len(cands[0])
+        assert len(host._memo["red"]) == len(cands[0])
         again = host.candidate_scores(prompts * 3, cands * 3)
         assert all(torch.equal(first, x) for x in again)
+    with host.use("blue"), torch.no_grad():
+        blue = host.candidate_scores(prompts, cands)[0]
     weights = host.adapter_weights("red")
     weights = {k: (v + 0.3 if "lora_B" in k else v) for k, v in weights.items()}
     host.set_adapter_weights("red", weights)  # loading new weights must not serve stale scores
@@ -230,8 +232,20 @@ def test_choice_scores_are_remembered_until_a_weight_changes(host: ModelHost) ->
         fresh = torch.stack([lp.sum() for lp in host.sequence_logprobs(prompts * 2, cands[0])])
     assert not torch.allclose(moved, first)
     assert torch.allclose(moved, fresh, atol=1e-5)
-    with host.use("blue"), torch.no_grad():  # the other adapter is its own entry
-        assert torch.allclose(host.candidate_scores(prompts, cands)[0], first, atol=1e-5)
+    # the other adapter's scores do not depend on red's weights: they stay remembered
+    host._memo["blue"] = dict.fromkeys(host._memo["blue"], -1.0)  # marked, to see them served
+    with host.use("blue"), torch.no_grad():
+        assert host.candidate_scores(prompts, cands)[0].tolist() == [-1.0] * len(cands[0])
+        host._memo["blue"].clear()
+        assert torch.allclose(host.candidate_scores(prompts, cands)[0], blue, atol=1e-5)
+    # an adapter dropped and added again under its name starts with nothing remembered
+    host.delete_adapter("red")
+    host.add_adapter("red", seed=5)
+    host.set_adapter_weights("red", weights)
+    assert "red" not in host._memo
+    host.set_adapter_weights("red", host.adapter_weights("blue"))
+    with host.use("red"), torch.no_grad():
+        assert torch.allclose(host.candidate_scores(prompts, cands)[0], blue, atol=1e-5)
 
 
 def test_head_clusters_group_prompts_by_shared_head() -> None:

@@ -96,6 +96,9 @@ def test_zero_updates_equal_the_torch_backend(stage: int) -> None:
     for seed in range(3):
         _same_update(ref.update(_batch(seed)), ds.update(_batch(seed)))
         _same_weights(ref, ds)
+    # a scheduled learning rate reaches ZeRO's partitions as it reaches torch's AdamW
+    _same_update(ref.update(_batch(8), lr=0.01), ds.update(_batch(8), lr=0.01))
+    _same_weights(ref, ds)
     assert ref.update(_batch(9)).grad_norm > 0.5  # clipping was exercised
     ds.update(_batch(9))
     _same_state(ref.optimizer_state(), ds.optimizer_state())
