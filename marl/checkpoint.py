@@ -12,6 +12,8 @@ Layout of ``RUN/checkpoints/step_000010/``::
 
 ``RUN/latest`` names the newest complete checkpoint; it is replaced atomically after the rename,
 so a kill at any moment leaves either the old or the new checkpoint, never half of one.
+``RUN/best`` (games with an exact evaluation) names the checkpoint of the lowest
+exploitability measured so far, written the same way.
 Nothing here pickles: tensors go to safetensors, everything else to JSON/YAML.
 """
 
@@ -126,14 +128,20 @@ def save_checkpoint(run: Path, step: int, cfg: TeamConfig, weights: Weights,
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    pointer = run / ".latest.tmp"
-    pointer.write_text(final.name)
-    os.replace(pointer, run / "latest")
+    point(run, "latest", final)
     return final
 
 
-def latest_checkpoint(run: Path) -> Path | None:
-    pointer = run / "latest"
+def point(run: Path, name: str, checkpoint: Path) -> None:
+    """Make ``RUN/<name>`` name ``checkpoint``, atomically."""
+    pointer = run / f".{name}.tmp"
+    pointer.write_text(checkpoint.name)
+    os.replace(pointer, run / name)
+
+
+def latest_checkpoint(run: Path, name: str = "latest") -> Path | None:
+    """The checkpoint that ``RUN/<name>`` (latest or best) names, if it is complete."""
+    pointer = run / name
     if not pointer.is_file():
         return None
     path = run / "checkpoints" / pointer.read_text().strip()

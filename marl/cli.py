@@ -514,7 +514,9 @@ def topology_show_cmd(
     from topologies.render import draw_png, to_mermaid
 
     path = Path(source)
-    folder = None if path.is_file() else checkpoint_folder(path)
+    folder = checkpoint_folder(path)
+    if folder == path and path.is_file():  # a team file, not a run's pointer
+        folder = None
     if folder is not None and not (folder / "team.yaml").is_file():
         fail(f"{source}: neither a team file nor a folder with team.yaml")
     cfg = load_team(str(path if folder is None else folder / "team.yaml"))

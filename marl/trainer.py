@@ -21,6 +21,7 @@ exactly the steps it lost.
 from __future__ import annotations
 
 import importlib.util
+import math
 import random
 import time
 from collections import defaultdict
@@ -36,7 +37,7 @@ from configs import TeamConfig
 from games.bots import bot_names
 from games.tasks import make_task, task_names
 from marl.advantages import Advantages, RoleBaseline, Samples, make_estimator, remove_common_mode
-from marl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from marl.checkpoint import latest_checkpoint, load_checkpoint, point, save_checkpoint
 from marl.league import League
 from marl.learner import TrainItem
 from marl.loggers import open_loggers, unavailable
@@ -142,6 +143,7 @@ class Trainer:
         self.graph = graph_strategy(cfg, team_rollout, self.tc.seed)
         self.step = 0
         self.bad_steps = 0
+        self.best: dict | None = None  # {"step", "exploitability"} of the best checkpoint
         self.runtime = runtime or (RayRuntime(cfg) if self.tc.ray.enabled else LocalRuntime(cfg))
         self.ckpt_metrics: dict | None = None  # the restored checkpoint's metrics line
         ckpt = latest_checkpoint(run) if resume else None
@@ -287,7 +289,8 @@ class Trainer:
     def _state(self) -> dict:
         est = self.estimator
         return {"league": self.league.state(), "bad_steps": self.bad_steps,
-                "rae": est.baseline if isinstance(est, RoleBaseline) else None}
+                "rae": est.baseline if isinstance(est, RoleBaseline) else None,
+                "best": self.best}
 
     def checkpoint(self, metrics: dict | None = None) -> Path:
         """Save everything needed to resume, plus this step's metrics line (so a kill between
@@ -301,6 +304,7 @@ class Trainer:
         ck = load_checkpoint(path)
         self.step = ck.step
         self.bad_steps = ck.state.get("bad_steps", 0)
+        self.best = ck.state.get("best")
         self.league.load_state(ck.state["league"], ck.snapshots)
         if isinstance(self.estimator, RoleBaseline) and ck.state.get("rae"):
             self.estimator.baseline = dict(ck.state["rae"])
@@ -310,6 +314,16 @@ class Trainer:
         # the loggers drop what they hold after the checkpoint (those steps are replayed) and
         # write its own line if the kill came before it was logged
         self.ckpt_metrics = ck.state.get("metrics")
+
+    def _improved(self, metrics: dict) -> bool:
+        """Whether this step's exact evaluation is the best so far (then it is checkpointed
+        and ``RUN/best`` names it: in self-play the last iterate need not be the best)."""
+        value = metrics.get("eval", {}).get("exploitability")
+        if value is None or not math.isfinite(value) or (
+                self.best is not None and value >= self.best["exploitability"]):
+            return False
+        self.best = {"step": self.step, "exploitability": value}
+        return True
 
     # ----- the loop
     def fit(self, on_step: Callable[[StepResult], None] | None = None) -> list[dict]:
@@ -329,9 +343,12 @@ class Trainer:
                 if last and self.exact_eval and "eval" not in res.metrics:
                     # a time budget ended the run: its final policy gets its figure too
                     res.metrics["eval"] = {"exploitability": self.runtime.exploitability()}
-                if not stop and (self.step % tc.checkpoint_every == 0 or last):
+                improved = self._improved(res.metrics)
+                if not stop and (self.step % tc.checkpoint_every == 0 or last or improved):
                     t = time.perf_counter()
-                    self.checkpoint(res.metrics)
+                    path = self.checkpoint(res.metrics)
+                    if improved:
+                        point(self.run_dir, "best", path)
                     res.metrics["seconds"]["checkpoint"] = round(time.perf_counter() - t, 3)
                 for lg in loggers:
                     lg.log(res.metrics)

@@ -4,8 +4,9 @@ A participant is named by one string:
 
 - a bot name (``random``, ``heuristic``, ``optimal``) or ``bot:<name>``;
 - a team YAML file: its first role, untrained (the initial model);
-- a training run folder (its latest checkpoint), a checkpoint folder, or an exported team
-  folder: the folder's ``team.yaml`` plus the adapter saved for its first trainable role;
+- a training run folder (its latest checkpoint), a run's ``RUN/best`` or ``RUN/latest``
+  pointer, a checkpoint folder, or an exported team folder: the folder's ``team.yaml`` plus
+  the adapter saved for its first trainable role;
 - an HTTP model (:meth:`ParticipantLoader.load_http`): an OpenAI-compatible endpoint through the
   ``openai`` backend, as is a team file whose first role uses that backend.
 
@@ -27,12 +28,15 @@ from configs import SCHEMA_ID, TeamConfig, load_config
 from configs.tournament import HttpSource
 from games.bots import bot_names
 
+POINTERS = ("latest", "best")
+
 
 def checkpoint_folder(path: Path) -> Path:
-    """A run folder resolves to its latest checkpoint; other folders are used as they are."""
-    latest = path / "latest"
-    if latest.is_file():
-        return path / "checkpoints" / latest.read_text().strip()
+    """A run folder resolves to its latest checkpoint, a run's ``latest``/``best`` pointer
+    file to the checkpoint it names; other folders are used as they are."""
+    pointer = path / "latest" if path.is_dir() else path
+    if pointer.name in POINTERS and pointer.is_file() and (pointer.parent / "checkpoints").is_dir():
+        return pointer.parent / "checkpoints" / pointer.read_text().strip()
     return path
 
 
@@ -55,15 +59,17 @@ class ParticipantLoader:
             return Agent(name or bot, "bot", ScriptedPolicy(self.game, bot, seed=self.seed),
                          mode="choice")
         path = Path(spec)
-        if path.is_file():
+        pointer = path.name in POINTERS and (path.parent / "checkpoints").is_dir()
+        if path.is_file() and not pointer:
             return self._model_agent(load_config(path), None, name or path.stem)
-        if path.is_dir():
+        if path.is_dir() or pointer:
             folder = checkpoint_folder(path)
             team_file = folder / "team.yaml"
             if not team_file.is_file():
                 raise FileNotFoundError(f"{folder} has no team.yaml (expected a run, "
                                         "checkpoint or exported team folder)")
-            return self._model_agent(load_config(team_file), folder, name or path.name)
+            return self._model_agent(load_config(team_file), folder,
+                                     name or (path.parent.name if pointer else path.name))
         raise ValueError(f"participant {spec!r} is neither a bot of {self.game} "
                          f"({', '.join(bot_names(self.game))}) nor an existing file or folder")
 
@@ -95,5 +101,6 @@ class ParticipantLoader:
             if adapter not in host.adapters:
                 host.load_adapter(adapter, adapter_dir(folder, role.name))
         policy = hf_role_policy(host, adapter, role, self.seed)
-        prompt = system_prompt_for(role, cfg.name, self.game, role.name, 0)
+        # the prompt of the role's first agent, as in training (and its exploitability log)
+        prompt = system_prompt_for(role, cfg.name, self.game, role.instance_names()[0], 0)
         return Agent(name, role.name, policy, prompt, role.decoding.mode)

@@ -311,3 +311,28 @@ def test_train_refuses_to_mix_into_an_existing_run(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["train", str(cfg), "--out", str(run)])
     assert result.exit_code == 2 and "already holds a run" in result.output
     assert "Traceback" not in result.output
+
+
+def test_best_checkpoint_is_kept_and_evaluates_as_logged(tmp_path: Path) -> None:
+    """RUN/best names the checkpoint of the lowest exploitability (checkpointed even off the
+    checkpoint schedule), and evaluating it from disk gives the figure the trainer logged."""
+    from typer.testing import CliRunner
+
+    from marl.cli import app
+
+    run = tmp_path / "run"
+    cfg = load_config_text(tiny_team("kuhn_poker", "  steps: 4\n  eval_every: 1\n  lr: 0.05\n"
+                                     "  groups_per_step: 2\n  checkpoint_every: 100\n"
+                                     "  ray: {enabled: false}\n"))
+    hist = Trainer(cfg, run).fit()
+    values = [h["eval"]["exploitability"] for h in hist]
+    assert len(set(values)) == 4  # the policy moved at every step
+    best = int(np.argmin(values)) + 1
+    assert (run / "best").read_text() == f"step_{best:06d}"
+    state = json.loads((run / "checkpoints" / f"step_{best:06d}" / "state.json").read_text())
+    assert state["best"] == {"step": best, "exploitability": min(values)}
+    out = tmp_path / "best.json"
+    result = CliRunner().invoke(app, ["eval", "exploitability", str(run / "best"),
+                                      "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text())["exploitability"] == pytest.approx(min(values), abs=1e-5)
