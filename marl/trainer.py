@@ -182,10 +182,11 @@ class Trainer:
         tc = self.tc
         groups = [hash(tuple(t.prompt_ids)) if tc.group_by == "state" else group_of[ep.index]
                   for ep, t in rows]
+        agents = [t.agent if tc.agent_key == "seat" else t.role for _, t in rows]
         return rows, Samples(
-            rewards=[self._reward(ep, t) for ep, t in rows], groups=groups,
-            agents=[t.agent if tc.agent_key == "seat" else t.role for _, t in rows],
-            games=[ep.game for ep, _ in rows], roles=[t.role for _, t in rows],
+            rewards=[self._reward(ep, t) for ep, t in rows], groups=groups, agents=agents,
+            # RAE's baseline is per player position in self-play (SPIRAL): the agent key
+            games=[ep.game for ep, _ in rows], roles=agents,
             episodes=[ep.index for ep, _ in rows],
             turn_rewards=[t.reward * tc.reward_scales.get(t.agent, 1.0) for _, t in rows],
             publics=[t.public for _, t in rows], choices=[t.choice for _, t in rows],

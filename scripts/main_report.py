@@ -4,10 +4,10 @@
     python scripts/main_report.py summary RUN                 # writes RUN/REPORT.md
 
 The tournament seats the untrained model (the run's team file without adapters), up to three of
-the run's checkpoints (evenly spaced, the last one included), the random bot and the Nash (CFR)
-bot.  The summary puts the rating table, the exact exploitability before and after training and
-the learning curve on one page, and says in plain words whether the last checkpoint finished
-ahead of the untrained model.
+the run's checkpoints (evenly spaced, the last one included) plus its best one, the random bot
+and the Nash (CFR) bot.  The summary puts the rating table, the exact exploitability before and
+after training and the learning curve on one page, and says in plain words whether the last
+checkpoint finished ahead of the untrained model.
 """
 
 from __future__ import annotations
@@ -27,11 +27,16 @@ INITIAL, RANDOM, NASH = "initial", "random", "nash"
 
 
 def checkpoints(run: Path, most: int = 3) -> list[Path]:
-    """Up to ``most`` checkpoints of the run, evenly spaced, always including the last."""
+    """Up to ``most`` checkpoints of the run, evenly spaced, always including the last, plus
+    the best one (``RUN/best``) if it is not among them."""
+    from marl.checkpoint import latest_checkpoint
+
     found = sorted(p for p in (run / "checkpoints").iterdir() if (p / "team.yaml").is_file())
-    if len(found) <= most:
-        return found
-    picks = {round(i * (len(found) - 1) / (most - 1)) for i in range(most)}
+    picks = ({round(i * (len(found) - 1) / (most - 1)) for i in range(most)}
+             if len(found) > most else set(range(len(found))))
+    best = latest_checkpoint(run, "best")
+    if best is not None and best in found:
+        picks.add(found.index(best))
     return [found[i] for i in sorted(picks)]
 
 
@@ -110,6 +115,12 @@ def summary(run: Path) -> str:
             for s in steps if "eval" in s}
     expl |= {INITIAL: f"{before:.3f}", RANDOM: f"{11 / 24:.3f}", NASH: "<= 0.001 (CFR)",
              last: f"{after:.3f}"}  # after.json reads the last checkpoint
+    best_line = ""
+    if (run / "best").is_file():
+        state = run / "checkpoints" / (run / "best").read_text().strip() / "state.json"
+        best = json.loads(state.read_text())["best"]
+        best_line = (f"\nThe best checkpoint (`{run}/best`, lowest exploitability measured "
+                     f"during training): step {best['step']}, {best['exploitability']:.4f}.\n")
     rows = "\n".join(
         f"| {name} | {r['rating']:.0f} | [{r['ci_low']:.0f}, {r['ci_high']:.0f}] | "
         f"{r['games']:.0f} | {r['wins']:.0f} / {r['draws']:.0f} / {r['losses']:.0f} | "
@@ -121,7 +132,7 @@ Training: {trained_steps} steps (`{run}/metrics.jsonl`); learning curve `curves.
 Exact exploitability of the table policy (0 = Nash; the random bot's is 11/24 = 0.458):
 untrained {before:.4f} -> trained {after:.4f} ({'lower, better' if after < before else
                                                 'NOT lower'}).
-
+{best_line}
 Tournament (round robin, both seats; Bradley-Terry ratings anchored on the random bot at 0,
 95% bootstrap intervals; `tournament/report.html`):
 

@@ -336,3 +336,13 @@ def test_best_checkpoint_is_kept_and_evaluates_as_logged(tmp_path: Path) -> None
                                       "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert json.loads(out.read_text())["exploitability"] == pytest.approx(min(values), abs=1e-5)
+
+
+def test_rae_keeps_one_baseline_per_seat_in_self_play(tmp_path: Path) -> None:
+    """SPIRAL's role-conditioned baseline: the first and second player of one shared policy
+    have their own (their expected returns differ)."""
+    cfg = load_config_text(tiny_team("kuhn_poker", "  steps: 1\n  advantage: rae\n"
+                                     "  groups_per_step: 2\n  ray: {enabled: false}\n"))
+    trainer = Trainer(cfg, tmp_path / "run")
+    trainer.fit()
+    assert sorted(trainer.estimator.baseline) == ["kuhn_poker/player_0", "kuhn_poker/player_1"]
