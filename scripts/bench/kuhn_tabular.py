@@ -1,0 +1,170 @@
+"""Kuhn self-play with the trainer's algorithm on a tabular policy: seconds per variant.
+
+A 45-minute SmolLM2 run gives one trajectory; this replica runs the same recipe on a table of
+logits, many seeds and variants at once, to see what the *algorithm* does (cycling, pure
+profiles, card-blind drift) apart from the model.  What is the trainer's own code: the advantage
+estimator (agent-wise, grouped by information state), the common-mode projection, the GRPO
+loss with its entropy term, AdamW with gradient clipping, the inverse-time learning-rate decay
+and the exact exploitability.  What is the replica's: the policy (a logit pair per information
+state, plus optionally ``kappa`` x a logit pair per *public* state shared by all three cards:
+a crude stand-in for an LLM whose features barely tell the cards apart), and the league (half
+the games against snapshots taken every 5 steps, pool of 8, as configs/kuhn_selfplay.yaml).
+
+    .venv/bin/python scripts/bench/kuhn_tabular.py [--steps 80 --seeds 3]
+
+Figures are exact exploitability; each variant is also shown as a ratio to its baseline (the
+first variant with the same ``kappa``, measured in the same run with the same seeds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+# this folder holds games.py (a benchmark): put the project first so `games` is the package
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from configs.train import TrainConfig  # noqa: E402
+from games.analysis import exploitability, info_states  # noqa: E402
+from games.registry import make  # noqa: E402
+from marl.advantages import Samples, agent_wise_advantages, remove_common_mode  # noqa: E402
+from marl.loss import grpo_loss  # noqa: E402
+
+GAME = "kuhn_poker"
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    entropy: float = 0.01
+    common_mode: float = 1.0
+    lr_decay: float = 0.0
+    kappa: float = 0.0
+
+
+VARIANTS = [
+    Variant("constant lr, entropy 0.01, c=1 (the session-2 recipe)"),
+    Variant("lr_decay 0.03 (the config)", lr_decay=0.03),
+    Variant("no common-mode removal, entropy 0.3, lr_decay 0.1", 0.3, 0.0, 0.1),
+    Variant("coupled x10: the session-2 recipe", kappa=10),
+    Variant("coupled x10: lr_decay 0.03 (the config)", lr_decay=0.03, kappa=10),
+    Variant("coupled x10: no removal, entropy 0.01", common_mode=0.0, kappa=10),
+    Variant("coupled x10: c=0.8, entropy 0.3, lr_decay 0.05", 0.3, 0.8, 0.05, 10),
+]
+
+
+class TablePolicy(torch.nn.Module):
+    """logits(info state) = own[info state] + kappa * shared[public state]."""
+
+    def __init__(self, keys: list[str], kappa: float, seed: int) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        self.keys = {k: i for i, k in enumerate(keys)}
+        publics = sorted({k.split(":", 1)[1] for k in keys})
+        self.public_of = torch.tensor([publics.index(k.split(":", 1)[1]) for k in keys])
+        self.own = torch.nn.Parameter(0.3 * torch.randn(len(keys), 2, generator=g))
+        self.shared = torch.nn.Parameter(torch.zeros(len(publics), 2))
+        self.kappa = kappa
+
+    def logits(self) -> torch.Tensor:
+        return self.own + self.kappa * self.shared[self.public_of]
+
+    def table(self) -> dict[str, dict[int, float]]:
+        probs = torch.softmax(self.logits().detach(), 1)
+        return {k: dict(zip(legal, probs[self.keys[k]].tolist(), strict=True))
+                for k, _, legal in info_states(GAME)}
+
+
+def play(root, tables: list[dict], rng: random.Random) -> tuple[list[tuple], list[float]]:
+    """One game; decisions as (seat, info key, choice index, probs)."""
+    state, decisions = root, []
+    while not state.is_terminal:
+        if state.is_chance:
+            outcomes, weights = zip(*state.chance_outcomes(), strict=True)
+            state = state.apply(rng.choices(outcomes, weights)[0])
+            continue
+        seat, legal = state.current_player, state.legal()
+        key = state.info_key(seat)
+        probs = [tables[seat][key][a] for a in legal]
+        choice = rng.choices(range(len(legal)), probs)[0]
+        decisions.append((seat, key, choice, probs))
+        state = state.apply(legal[choice])
+    return decisions, list(state.returns())
+
+
+def run(v: Variant, seed: int, steps: int, games: int, lr: float) -> list[float]:
+    """Exploitability after every step."""
+    rng = random.Random(seed)
+    keys = [k for k, _, _ in info_states(GAME)]
+    policy = TablePolicy(keys, v.kappa, seed)
+    opt = torch.optim.AdamW(policy.parameters(), lr=lr, weight_decay=0.0)
+    schedule = TrainConfig(lr=lr, lr_decay=v.lr_decay)
+    root, pool, curve = make(GAME).root_state(), [], []
+    for step in range(1, steps + 1):
+        latest = policy.table()
+        rows = []  # (seat, key, choice, probs, return)
+        for g in range(games):
+            trained = (0, 1)
+            tables = [latest, latest]
+            if pool and rng.random() < 0.5:
+                trained = (g % 2,)
+                tables[1 - g % 2] = rng.choice(pool)
+            decisions, returns = play(root, tables, rng)
+            rows += [(*d, returns[d[0]]) for d in decisions if d[0] in trained]
+        s = Samples(rewards=[r[4] for r in rows], groups=[r[1] for r in rows],
+                    agents=[r[0] for r in rows], publics=[r[1].split(":", 1)[1] for r in rows],
+                    choices=[r[2] for r in rows], probs=[r[3] for r in rows])
+        adv = remove_common_mode(agent_wise_advantages(s).values, s, v.common_mode)
+        logp_all = torch.log_softmax(policy.logits()[[policy.keys[r[1]] for r in rows]], 1)
+        logp = logp_all[torch.arange(len(rows)), [r[2] for r in rows]][:, None]
+        entropy = -(logp_all.exp() * logp_all).sum(1)
+        parts = grpo_loss(logp, logp.detach(), torch.tensor(adv, dtype=torch.float32),
+                          torch.ones_like(logp), entropy=entropy, entropy_coef=v.entropy)
+        opt.zero_grad()
+        parts.loss.backward()
+        torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
+        for group in opt.param_groups:
+            group["lr"] = schedule.lr_at(step)
+        opt.step()
+        if step % 5 == 0:
+            pool = (pool + [policy.table()])[-8:]
+        curve.append(exploitability(GAME, policy.table()))
+    return curve
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--steps", type=int, default=80)
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--games", type=int, default=128, help="games per step")
+    ap.add_argument("--lr", type=float, default=0.1)
+    args = ap.parse_args()
+    torch.set_num_threads(1)  # tiny tensors: one thread is fastest
+    console = Console()
+    table = Table(title=f"Kuhn self-play, tabular replica: exact exploitability "
+                        f"({args.seeds} seeds, {args.steps} steps x {args.games} games)")
+    for col in ("variant", "final", "best", "last 20 mean", "final / baseline",
+                "last 20 / baseline"):
+        table.add_column(col, justify="left" if col == "variant" else "right")
+    base: dict[float, tuple[float, float]] = {}  # per kappa: the first variant with it
+    for v in VARIANTS:
+        curves = np.array([run(v, seed, args.steps, args.games, args.lr)
+                           for seed in range(args.seeds)])
+        final, best, late = curves[:, -1].mean(), curves.min(1).mean(), curves[:, -20:].mean()
+        ref = base.setdefault(v.kappa, (final, late))
+        table.add_row(v.name, f"{final:.3f}", f"{best:.3f}", f"{late:.3f}",
+                      f"{final / ref[0]:.2f}x", f"{late / ref[1]:.2f}x")
+        console.print(f"{v.name}: final {final:.3f}, best {best:.3f}, last 20 {late:.3f}")
+    console.print(table)
+
+
+if __name__ == "__main__":
+    main()
