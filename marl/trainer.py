@@ -23,6 +23,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import random
+import shutil
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -316,15 +317,24 @@ class Trainer:
         # write its own line if the kill came before it was logged
         self.ckpt_metrics = ck.state.get("metrics")
 
-    def _improved(self, metrics: dict) -> bool:
-        """Whether this step's exact evaluation is the best so far (then it is checkpointed
-        and ``RUN/best`` names it: in self-play the last iterate need not be the best)."""
+    def _improved(self, metrics: dict) -> dict | None:
+        """If this step's exact evaluation is the best so far, the previous best (or an empty
+        dict): the step is then checkpointed and ``RUN/best`` names it, since in self-play the
+        last iterate need not be the best."""
         value = metrics.get("eval", {}).get("exploitability")
         if value is None or not math.isfinite(value) or (
                 self.best is not None and value >= self.best["exploitability"]):
-            return False
-        self.best = {"step": self.step, "exploitability": value}
-        return True
+            return None
+        previous, self.best = self.best or {}, {"step": self.step, "exploitability": value}
+        return previous
+
+    def _keep_best(self, path: Path, previous: dict) -> None:
+        """Point ``RUN/best`` at ``path``; drop the superseded best checkpoint if it was
+        written only for being the best (off the ``checkpoint_every`` schedule)."""
+        point(self.run_dir, "best", path)
+        step = previous.get("step")
+        if step is not None and step % self.tc.checkpoint_every != 0:
+            shutil.rmtree(path.parent / f"step_{step:06d}", ignore_errors=True)
 
     # ----- the loop
     def fit(self, on_step: Callable[[StepResult], None] | None = None) -> list[dict]:
@@ -344,12 +354,13 @@ class Trainer:
                 if last and self.exact_eval and "eval" not in res.metrics:
                     # a time budget ended the run: its final policy gets its figure too
                     res.metrics["eval"] = {"exploitability": self.runtime.exploitability()}
-                improved = self._improved(res.metrics)
+                previous_best = self._improved(res.metrics)
+                improved = previous_best is not None
                 if not stop and (self.step % tc.checkpoint_every == 0 or last or improved):
                     t = time.perf_counter()
                     path = self.checkpoint(res.metrics)
                     if improved:
-                        point(self.run_dir, "best", path)
+                        self._keep_best(path, previous_best)
                     res.metrics["seconds"]["checkpoint"] = round(time.perf_counter() - t, 3)
                 for lg in loggers:
                     lg.log(res.metrics)

@@ -315,7 +315,8 @@ def test_train_refuses_to_mix_into_an_existing_run(tmp_path: Path) -> None:
 
 def test_best_checkpoint_is_kept_and_evaluates_as_logged(tmp_path: Path) -> None:
     """RUN/best names the checkpoint of the lowest exploitability (checkpointed even off the
-    checkpoint schedule), and evaluating it from disk gives the figure the trainer logged."""
+    checkpoint schedule, without keeping every superseded one), and evaluating it from disk
+    gives the figure the trainer logged."""
     from typer.testing import CliRunner
 
     from marl.cli import app
@@ -323,12 +324,17 @@ def test_best_checkpoint_is_kept_and_evaluates_as_logged(tmp_path: Path) -> None
     run = tmp_path / "run"
     cfg = load_config_text(tiny_team("kuhn_poker", "  steps: 4\n  eval_every: 1\n  lr: 0.05\n"
                                      "  groups_per_step: 2\n  checkpoint_every: 100\n"
+                                     "  group_by: state\n  common_mode: 1.0\n"
                                      "  ray: {enabled: false}\n"))
     hist = Trainer(cfg, run).fit()
     values = [h["eval"]["exploitability"] for h in hist]
     assert len(set(values)) == 4  # the policy moved at every step
     best = int(np.argmin(values)) + 1
+    assert best > 1  # so at least one superseded best was written and dropped
     assert (run / "best").read_text() == f"step_{best:06d}"
+    # superseded bests written off the schedule are gone: the last step and the best remain
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == sorted(
+        {f"step_{best:06d}", "step_000004"})
     state = json.loads((run / "checkpoints" / f"step_{best:06d}" / "state.json").read_text())
     assert state["best"] == {"step": best, "exploitability": min(values)}
     out = tmp_path / "best.json"
