@@ -98,9 +98,9 @@ def save_checkpoint(run: Path, step: int, cfg: TeamConfig, weights: Weights,
                     state: dict, extra: Callable[[Path], None] | None = None) -> Path:
     """Write the checkpoint of ``step``; ``extra(folder)`` adds files (e.g. a learned
     topology) before the folder is renamed into place, so they are as atomic as the rest."""
-    root = run / "checkpoints"
+    final = checkpoint_dir(run, step)
+    root = final.parent
     root.mkdir(parents=True, exist_ok=True)
-    final = root / f"step_{step:06d}"
     tmp = Path(tempfile.mkdtemp(prefix=f".step_{step:06d}.", dir=root))
     try:
         for role, sd in weights.items():
@@ -130,6 +130,10 @@ def save_checkpoint(run: Path, step: int, cfg: TeamConfig, weights: Weights,
         raise
     point(run, "latest", final)
     return final
+
+
+def checkpoint_dir(run: Path, step: int) -> Path:
+    return run / "checkpoints" / f"step_{step:06d}"
 
 
 def point(run: Path, name: str, checkpoint: Path) -> None:

@@ -38,7 +38,13 @@ from configs import TeamConfig
 from games.bots import bot_names
 from games.tasks import make_task, task_names
 from marl.advantages import Advantages, RoleBaseline, Samples, make_estimator, remove_common_mode
-from marl.checkpoint import latest_checkpoint, load_checkpoint, point, save_checkpoint
+from marl.checkpoint import (
+    checkpoint_dir,
+    latest_checkpoint,
+    load_checkpoint,
+    point,
+    save_checkpoint,
+)
 from marl.league import League
 from marl.learner import TrainItem
 from marl.loggers import open_loggers, unavailable
@@ -334,7 +340,7 @@ class Trainer:
         point(self.run_dir, "best", path)
         step = previous.get("step")
         if step is not None and step % self.tc.checkpoint_every != 0:
-            shutil.rmtree(path.parent / f"step_{step:06d}", ignore_errors=True)
+            shutil.rmtree(checkpoint_dir(self.run_dir, step), ignore_errors=True)
 
     # ----- the loop
     def fit(self, on_step: Callable[[StepResult], None] | None = None) -> list[dict]:
