@@ -59,17 +59,16 @@ class ParticipantLoader:
             return Agent(name or bot, "bot", ScriptedPolicy(self.game, bot, seed=self.seed),
                          mode="choice")
         path = Path(spec)
-        pointer = path.name in POINTERS and (path.parent / "checkpoints").is_dir()
-        if path.is_file() and not pointer:
+        folder = checkpoint_folder(path)
+        if folder == path and path.is_file():
             return self._model_agent(load_config(path), None, name or path.stem)
-        if path.is_dir() or pointer:
-            folder = checkpoint_folder(path)
+        if folder.is_dir() or folder != path:
             team_file = folder / "team.yaml"
             if not team_file.is_file():
                 raise FileNotFoundError(f"{folder} has no team.yaml (expected a run, "
                                         "checkpoint or exported team folder)")
-            return self._model_agent(load_config(team_file), folder,
-                                     name or (path.parent.name if pointer else path.name))
+            run_name = path.parent.name if path.is_file() else path.name  # RUN/best: RUN
+            return self._model_agent(load_config(team_file), folder, name or run_name)
         raise ValueError(f"participant {spec!r} is neither a bot of {self.game} "
                          f"({', '.join(bot_names(self.game))}) nor an existing file or folder")
 

@@ -23,14 +23,14 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # scripts/ may shadow package names
 
+from marl.checkpoint import latest_checkpoint  # noqa: E402
+
 INITIAL, RANDOM, NASH = "initial", "random", "nash"
 
 
 def checkpoints(run: Path, most: int = 3) -> list[Path]:
     """Up to ``most`` checkpoints of the run, evenly spaced, always including the last, plus
     the best one (``RUN/best``) if it is not among them."""
-    from marl.checkpoint import latest_checkpoint
-
     found = sorted(p for p in (run / "checkpoints").iterdir() if (p / "team.yaml").is_file())
     picks = ({round(i * (len(found) - 1) / (most - 1)) for i in range(most)}
              if len(found) > most else set(range(len(found))))
@@ -116,9 +116,9 @@ def summary(run: Path) -> str:
     expl |= {INITIAL: f"{before:.3f}", RANDOM: f"{11 / 24:.3f}", NASH: "<= 0.001 (CFR)",
              last: f"{after:.3f}"}  # after.json reads the last checkpoint
     best_line = ""
-    if (run / "best").is_file():
-        state = run / "checkpoints" / (run / "best").read_text().strip() / "state.json"
-        best = json.loads(state.read_text())["best"]
+    best_ckpt = latest_checkpoint(run, "best")
+    if best_ckpt is not None:
+        best = json.loads((best_ckpt / "state.json").read_text())["best"]
         best_line = (f"\nThe best checkpoint (`{run}/best`, lowest exploitability measured "
                      f"during training): step {best['step']}, {best['exploitability']:.4f}.\n")
     rows = "\n".join(
