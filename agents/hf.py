@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import math
 import random
 import warnings
 from collections import defaultdict
@@ -22,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from peft import LoraConfig, PeftModel, get_peft_model
 
-from agents.policy import Request, Response, choice_logprobs, choose, register_backend
+from agents.policy import Request, Response, choice_probs, choice_response, register_backend
 
 
 def left_pad(prompts: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -454,13 +453,8 @@ class HFPolicy:
                 cut: list[bool]) -> list[Response]:
         """Sample from the normalised candidate scores."""
         cands, scores = self._scores(requests, prompts)
-        out = []
-        for req, p, cs, s, t in zip(requests, prompts, cands, scores, cut, strict=True):
-            i, logpi = choose(s, self.temperature, self.rng)
-            out.append(Response(text=req.action_texts[i], choice=i, prompt_ids=p,
-                                completion_ids=cs[i], logprobs=[logpi[i]], candidate_ids=cs,
-                                action_probs=[math.exp(x) for x in logpi], truncated_prompt=t))
-        return out
+        return [choice_response(req, p, cs, s, self.temperature, self.rng, t)
+                for req, p, cs, s, t in zip(requests, prompts, cands, scores, cut, strict=True)]
 
     def probabilities(self, requests: list[Request]) -> list[list[float]]:
         """The exact choice distribution over each request's legal actions (``choice`` mode
@@ -469,7 +463,7 @@ class HFPolicy:
                    for r in requests]
         with self.host.use(self.adapter):
             _, scores = self._scores(requests, prompts)
-        return [[math.exp(x) for x in choice_logprobs(s, self.temperature)] for s in scores]
+        return [choice_probs(s, self.temperature) for s in scores]
 
 
 @register_backend("hf")

@@ -96,13 +96,22 @@ def choice_logprobs(scores: list[float], temperature: float) -> list[float]:
     return [s / t - logz for s in scores]
 
 
-def choose(scores: list[float], temperature: float, rng: random.Random
-           ) -> tuple[int, list[float]]:
-    """Sample an action from candidate scores; returns its index and ``log pi`` of every
-    candidate (``choice_logprobs``), greedy when ``T = 0``."""
+def choice_probs(scores: list[float], temperature: float) -> list[float]:
+    """``softmax(scores / T)``: the distribution a choice-mode policy samples from."""
+    return [math.exp(x) for x in choice_logprobs(scores, temperature)]
+
+
+def choice_response(request: Request, prompt_ids: list[int], candidates: list[list[int]],
+                    scores: list[float], temperature: float, rng: random.Random,
+                    truncated: bool = False) -> Response:
+    """Sample one of ``request``'s legal actions from its candidates' scores (greedy when
+    ``T = 0``); the response carries ``log pi`` of the pick and the whole distribution."""
     logpi = choice_logprobs(scores, temperature)
+    probs = [math.exp(x) for x in logpi]
     if temperature > 0:
-        i = rng.choices(range(len(scores)), weights=[math.exp(x) for x in logpi])[0]
+        i = rng.choices(range(len(scores)), weights=probs)[0]
     else:
         i = max(range(len(scores)), key=logpi.__getitem__)
-    return i, logpi
+    return Response(text=request.action_texts[i], choice=i, prompt_ids=prompt_ids,
+                    completion_ids=candidates[i], logprobs=[logpi[i]], candidate_ids=candidates,
+                    action_probs=probs, truncated_prompt=truncated)

@@ -8,11 +8,10 @@ so vLLM reloads it.  ``choice`` decoding scores prompt + candidate with ``prompt
 
 from __future__ import annotations
 
-import math
 import random
 from typing import Any
 
-from agents.policy import Request, Response, choose, register_backend
+from agents.policy import Request, Response, choice_response, register_backend
 
 
 class VLLMEngine:
@@ -96,10 +95,7 @@ class VLLMPolicy:
                 plp = outs[k].prompt_logprobs
                 scores.append(sum(plp[len(p) + j][t].logprob for j, t in enumerate(c)))
                 k += 1
-            i, logpi = choose(scores, self.temperature, self.rng)
-            res.append(Response(text=r.action_texts[i], choice=i, prompt_ids=p,
-                                completion_ids=cs[i], logprobs=[logpi[i]], candidate_ids=cs,
-                                action_probs=[math.exp(x) for x in logpi]))
+            res.append(choice_response(r, p, cs, scores, self.temperature, self.rng))
         return res
 
 
