@@ -312,7 +312,7 @@ class ModelHost:
         information states, so this cuts the work by an order of magnitude.
         """
         memo = not torch.is_grad_enabled() and not self.model.training
-        known = self._memo.setdefault(self._active, {})
+        known = self._memo.setdefault(self._active, {}) if memo else {}
         if memo:
             version = self._weights_version(self._active)
             if version != self._memo_version.get(self._active) or len(known) > 200_000:
@@ -326,7 +326,7 @@ class ModelHost:
             row = []
             for c in cs:
                 key = (tuple(p), tuple(c))
-                if key not in index and not (memo and key in known):
+                if key not in index and key not in known:
                     index[key] = len(uniq_p)
                     uniq_p.append(p)
                     uniq_c.append(c)
