@@ -60,7 +60,7 @@ class TrainConfig(StrictModel):
     policies: Literal["train", "frozen"] = Field(
         "train", description="frozen: no GRPO update; only a learnable topology learns.")
     advantage: Literal["agent_wise", "global", "rae", "turn_level"] = Field(
-        "agent_wise", description="Advantage estimator (REFERENCE.md section 1).")
+        "agent_wise", description="Advantage estimator (docs/algorithms.md#advantage-estimators).")
     agent_key: Literal["seat", "role"] = Field(
         "seat", description="What 'agent' means for agent-wise statistics.")
     group_by: Literal["seed", "state"] = Field(

@@ -1,4 +1,4 @@
-"""Advantage estimators for multi-agent GRPO (REFERENCE.md section 1).
+"""Advantage estimators for multi-agent GRPO (docs/algorithms.md#advantage-estimators).
 
 Every estimator maps per-sample rewards to per-sample advantages.  A *group* is the set of
 rollouts that started from the same state (the G games of one deal seed, or every decision
@@ -122,15 +122,17 @@ def remove_common_mode(adv: np.ndarray, s: Samples, fraction: float) -> np.ndarr
 
         G_k = sum_{i in P} A_i * (1[a_i = k] - pi_i(k))      (the score of a softmax choice)
 
-    whatever the cards: "bet more with every card" (REFERENCE.md section 9's card-blind
-    drift).  With S the matrix of those scores (one row per decision of one agent in P):
+    whatever the cards: "bet more with every card", which drives the policy card-blind (the
+    same play with every card).  With S the matrix of those scores (one row per decision of
+    one agent in P):
 
         A' = A - c * S @ lstsq(S, A)        so that  S^T A' = 0  when c = 1,
 
     leaving only the card-dependent signal; c < 1 keeps some of the common one.  Subtracting
     each action's mean advantage instead would not do: the score factors (1 - pi) differ
     between cards, and the common push it leaves collapses the policy.  Decisions without a
-    public state or a choice distribution (free text) keep their advantages.
+    public state or a choice distribution (free text) keep their advantages.  The math and
+    its price: docs/algorithms.md#common-mode-projection.
     """
     if fraction == 0 or not s.publics:
         return adv

@@ -1,6 +1,6 @@
 """The GRPO objective on token log-probs.
 
-Per token t of a decision with advantage A (REFERENCE.md section 1):
+Per token t of a decision with advantage A (docs/algorithms.md#the-grpo-loss):
 
     rho_t = exp(log pi_theta(t) - log pi_old(t))
     L_clip = -min(rho_t * A, clip(rho_t, 1 - eps_lo, 1 + eps_hi) * A)

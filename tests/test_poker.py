@@ -28,7 +28,7 @@ def always_pass(key: str, legal: list[int]) -> dict[int, float]:
     return {CHECK if CHECK in legal else FOLD: 1.0}
 
 
-# ----- exact values from REFERENCE.md ----------------------------------------------------------
+# ----- known values of the games (uniform-policy NashConv, Leduc's game value) -----------------
 
 def test_kuhn_uniform_nash_conv():
     assert analysis.nash_conv("kuhn_poker", analysis.uniform_policy) == pytest.approx(
