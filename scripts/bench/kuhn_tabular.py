@@ -51,10 +51,10 @@ class Variant:
 
 
 VARIANTS = [
-    Variant("constant lr, entropy 0.01, c=1 (the session-2 recipe)"),
+    Variant("constant lr, entropy 0.01, c=1"),
     Variant("lr_decay 0.03 (the config)", lr_decay=0.03),
     Variant("no common-mode removal, entropy 0.3, lr_decay 0.1", 0.3, 0.0, 0.1),
-    Variant("coupled x10: the session-2 recipe", kappa=10),
+    Variant("coupled x10: constant lr, entropy 0.01, c=1", kappa=10),
     Variant("coupled x10: lr_decay 0.03 (the config)", lr_decay=0.03, kappa=10),
     Variant("coupled x10: no removal, entropy 0.01", common_mode=0.0, kappa=10),
     Variant("coupled x10: c=0.8, entropy 0.3, lr_decay 0.05", 0.3, 0.8, 0.05, 10),
