@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field, ValidationError
 from typer.testing import CliRunner
 
 import configs
+from cli import app
 from configs import (
     ConfigError,
     Problem,
@@ -19,7 +20,6 @@ from configs import (
     load_config_text,
     validate_file,
 )
-from marl.cli import app
 
 REPO = Path(__file__).resolve().parents[1]
 
