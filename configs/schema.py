@@ -122,6 +122,8 @@ class EndpointConfig(StrictModel):
 
 Backend = Literal["hf", "vllm", "openai", "scripted", "human"]
 _WEIGHTLESS_BACKENDS = ("openai", "scripted", "human")
+#: The backends that decode a model here, so their decoding settings can be overridden.
+LOCAL_BACKENDS = ("hf", "vllm")
 
 
 class RoleConfig(StrictModel):
@@ -317,6 +319,20 @@ class TeamConfig(StrictModel):
             if r.name == name:
                 return r
         raise KeyError(f"unknown role {name!r}; known roles: {self._known_roles()}")
+
+    def with_game(self, name: str) -> TeamConfig:
+        """The team on another game, with that game's default arguments."""
+        return self.replace(game=GameConfig(name=name))
+
+    def with_decoding(self, mode: str | None = None, temperature: float | None = None
+                      ) -> TeamConfig:
+        """Every role decoding locally (:data:`LOCAL_BACKENDS`) with this mode and temperature
+        where given; other roles (bots, endpoints, people) keep theirs."""
+        update = {k: v for k, v in (("mode", mode), ("temperature", temperature))
+                  if v is not None}
+        return self.replace(roles=[
+            r.replace(decoding=r.decoding.replace(**update)) if r.backend in LOCAL_BACKENDS
+            else r for r in self.roles])
 
     def _known_roles(self) -> str:
         return ", ".join(r.name for r in self.roles)

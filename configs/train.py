@@ -106,6 +106,17 @@ class TrainConfig(StrictModel):
     ray: RayConfig = Field(default_factory=RayConfig)
     learner: LearnerConfig = Field(default_factory=LearnerConfig)
 
+    def with_overrides(self, steps: int | None = None, max_minutes: float | None = None,
+                       address: str | None = None) -> TrainConfig:
+        """The settings a command line overrides, where given: the step count, the wall-clock
+        budget, and a Ray cluster to join (which turns Ray on)."""
+        update: dict[str, object] = {k: v for k, v in (("steps", steps),
+                                                        ("max_minutes", max_minutes))
+                                     if v is not None}
+        if address is not None:
+            update["ray"] = self.ray.replace(address=address, enabled=True)
+        return self.replace(**update)
+
     def lr_at(self, step: int) -> float:
         """The learning rate of training step ``step`` (1-based)."""
         return self.lr / (1.0 + self.lr_decay * (step - 1))

@@ -1,10 +1,11 @@
 """PettingZoo text games for self-play and cooperation.  Knows nothing of LLMs or training.
 
-``games.make(name, **kwargs)`` builds a registered game; ``games.names()`` lists them.
+``games.make(name, **kwargs)`` builds a registered game; ``games.names()`` lists them and
+``games.check_name(name)`` says what is wrong with a name.
 """
 
 from games.base import InvalidAction, TextGame
-from games.registry import make, make_parallel, names, parallel_names, register
+from games.registry import check_name, make, make_parallel, names, parallel_names, register
 
 # Importing a game module registers it (one file per game).
 # --- registered game modules (one import per line) ---
@@ -22,5 +23,5 @@ import games.tiny_hanabi  # noqa: F401
 
 # --- end of registered game modules ---
 
-__all__ = ["InvalidAction", "TextGame", "make", "make_parallel", "names", "parallel_names",
-           "register"]
+__all__ = ["InvalidAction", "TextGame", "check_name", "make", "make_parallel", "names",
+           "parallel_names", "register"]

@@ -44,6 +44,20 @@ def names() -> list[str]:
     return sorted(_GAMES)
 
 
+def check_name(name: str, *, tasks: bool = False) -> str | None:
+    """What is wrong with ``name`` as a game, or None: it is registered (or, with ``tasks``,
+    a cooperative task of :mod:`games.tasks`, which a team answers in free text).  The one
+    name check behind config validation, the trainer and tournaments."""
+    from games.tasks import task_names  # games.tasks builds its table from this module
+
+    known = names()
+    if name in known or (tasks and name in task_names()):
+        return None
+    if name in task_names():
+        return f"{name!r} is a cooperative task, not a game; known games: {', '.join(known)}"
+    return f"unknown game {name!r}; known: {', '.join(known)}"
+
+
 def make(name: str, **kwargs) -> AECEnv:
     """Build a registered game; an unknown name lists the known ones."""
     return make_from(_GAMES, "game", name, kwargs)

@@ -99,9 +99,9 @@ def check_compatible(cfg: TeamConfig) -> None:
     if rollout_kind(cfg) == "team":
         seats = _check_team_task(cfg)
     else:
-        if cfg.game.name not in games.names():
-            raise TrainingError(f"unknown game {cfg.game.name!r}; known: "
-                                f"{', '.join(games.names())}")
+        problem = games.check_name(cfg.game.name)
+        if problem is not None:
+            raise TrainingError(problem)
         seats = games.make(cfg.game.name, **cfg.game.kwargs).possible_agents
     n_agents = sum(r.count for r in cfg.roles)
     if tc.league.opponents == "self" and n_agents != len(seats):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import queue
+import sys
 import threading
 import time
 import uuid
@@ -330,15 +331,35 @@ def _pieces(text: str, size: int = 4) -> list[str]:
             for i in range(0, len(words), size)] or [""]
 
 
-def serve(team: Team, host: str = "127.0.0.1", port: int = 8000, **kwargs: Any) -> None:
-    """Serve until interrupted."""
-    server = make_server(team, host, port, **kwargs)
+class ServeError(Exception):
+    """The server cannot start: its address is taken or not this machine's."""
+
+
+#: Hosts only this machine reaches; any other is served with a warning unless a key guards it.
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def serve(team: Team, host: str = "127.0.0.1", port: int = 8000, *, api_key: str | None = None,
+          **kwargs: Any) -> None:
+    """Serve until Ctrl-C: print the URL once bound (stdout, one line, so a parent process can
+    read it), warn on stderr when a non-loopback host is open without ``api_key``."""
+    try:
+        server = make_server(team, host, port, api_key=api_key, **kwargs)
+    except OSError as exc:
+        raise ServeError(f"cannot bind {host}:{port}: {exc.strerror or exc}") from None
+    if host not in LOOPBACK and api_key is None:
+        print(f"warning: serving on {host} without an API key: whoever reaches it can run "
+              "the team", file=sys.stderr, flush=True)
+    print(f"serving team {team.name!r} on {server.url} (model {server.model_id!r}); "
+          "Ctrl-C to stop", flush=True)
     try:
         server.serve_forever()
+    except KeyboardInterrupt:
+        pass
     finally:
         server.server_close()
         server.batcher.close()
 
 
-__all__ = ["RequestError", "TeamBatcher", "TeamServer", "last_user_message", "make_server",
-           "serve"]
+__all__ = ["LOOPBACK", "RequestError", "ServeError", "TeamBatcher", "TeamServer",
+           "last_user_message", "make_server", "serve"]

@@ -193,14 +193,11 @@ def resolve_source(source: str, game: str, base: Path) -> str:
 
 
 def source_problems(cfg: TournamentConfig, base: Path) -> list[PathProblem]:
-    """Checks the schema cannot make: sources exist, seats fit the game (a loader check)."""
-    if cfg.game.name not in games.names():
-        from games.tasks import task_names
-
-        if cfg.game.name in task_names():
-            return [(("game", "name"), f"{cfg.game.name!r} is a cooperative task; tournaments "
-                                       f"play games: {', '.join(games.names())}")]
-        return []  # the game-name check reports it
+    """Checks the schema cannot make: the game exists, sources exist, seats fit the game (a
+    loader check)."""
+    problem = games.check_name(cfg.game.name)  # tournaments play games, not tasks
+    if problem is not None:
+        return [(("game", "name"), problem)]
     seats = len(games.make(cfg.game.name, **cfg.game.kwargs).possible_agents)
     problems: list[PathProblem] = []
     if cfg.games_per_pairing % seats:

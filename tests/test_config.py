@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field, ValidationError
 from typer.testing import CliRunner
 
 import configs
+from cli import app
 from configs import (
     ConfigError,
     Problem,
@@ -19,7 +20,6 @@ from configs import (
     load_config_text,
     validate_file,
 )
-from marl.cli import app
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -473,3 +473,66 @@ def test_schema_json_is_current(tmp_path: Path) -> None:
     assert schema == configs.json_schema()
     assert schema["properties"]["schema"]["const"] == "marl-teams/v1"
     assert schema["additionalProperties"] is False
+
+
+# --- overrides: validated copies ---
+
+def test_with_decoding_overrides_the_local_roles_only() -> None:
+    cfg = load_config_text(edit("game:", "  - name: bot\n    model: random\n"
+                                "    backend: scripted\ngame:"))
+    choice = cfg.with_decoding(mode="choice")
+    assert [r.decoding.mode for r in choice.roles] == ["choice", "choice", "free"]
+    assert [r.decoding.temperature for r in choice.roles] == [1.0, 0.5, 1.0]
+    greedy = cfg.with_decoding(temperature=0.0)
+    assert [r.decoding.temperature for r in greedy.roles] == [0.0, 0.0, 1.0]
+    assert [r.decoding.mode for r in greedy.roles] == ["free", "free", "free"]
+    assert cfg.with_decoding() == cfg
+    assert [r.decoding.temperature for r in cfg.roles] == [1.0, 0.5, 1.0]  # a copy
+    with pytest.raises(ValidationError, match="temperature"):
+        cfg.with_decoding(temperature=-1.0)
+
+
+def test_with_game_resets_the_game_arguments() -> None:
+    cfg = load_config_text(edit("name: kuhn_poker", "name: kuhn_poker\n  kwargs: {x: 1}"))
+    leduc = cfg.with_game("leduc_poker")
+    assert (leduc.game.name, leduc.game.kwargs) == ("leduc_poker", {})
+    assert (cfg.game.name, cfg.game.kwargs) == ("kuhn_poker", {"x": 1})
+    assert leduc.roles == cfg.roles and leduc.name == cfg.name
+
+
+def test_train_overrides_are_validated_copies() -> None:
+    cfg = load_config_text(BASE + "train:\n  steps: 3\n  ray: {enabled: false}\n")
+    tc = cfg.train
+    assert tc is not None
+    assert tc.with_overrides() == tc
+    short = tc.with_overrides(steps=7, max_minutes=1.5)
+    assert (short.steps, short.max_minutes, short.ray) == (7, 1.5, tc.ray)
+    cluster = tc.with_overrides(address="ray://head:10001")
+    assert (cluster.ray.address, cluster.ray.enabled) == ("ray://head:10001", True)
+    assert (cluster.steps, tc.steps, tc.ray.enabled) == (3, 3, False)
+    with pytest.raises(ValidationError, match="steps"):
+        tc.with_overrides(steps=0)
+    assert cfg.replace(train=short).train == short
+
+
+def test_replace_runs_every_validator_again() -> None:
+    cfg = load_config_text(BASE)
+    assert cfg.replace(name="u").name == "u" and cfg.name == "t"
+    with pytest.raises(ValidationError, match="duplicate role name"):
+        cfg.replace(roles=[cfg.roles[0], cfg.roles[0]])
+    with pytest.raises(ValidationError, match="greater than or equal to 1"):
+        cfg.roles[0].replace(count=0)
+
+
+def test_one_game_name_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    import games
+    from games import tasks
+
+    known = ", ".join(games.names())
+    assert games.check_name("kuhn_poker") is None
+    assert games.check_name("chess") == f"unknown game 'chess'; known: {known}"
+    assert games.check_name("chess", tasks=True) == f"unknown game 'chess'; known: {known}"
+    monkeypatch.setitem(tasks._TASKS, "parity_task", lambda **kw: None)
+    assert games.check_name("parity_task", tasks=True) is None
+    assert games.check_name("parity_task") == (
+        f"'parity_task' is a cooperative task, not a game; known games: {known}")

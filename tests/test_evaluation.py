@@ -9,9 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from agents.builder import build_roster
+from cli import app
 from configs import load_config
 from games.analysis import info_states
-from marl.cli import app
 from orchestrator.evaluation import agent_probs, table_policy
 
 TINY = Path(__file__).parents[1] / "configs" / "tiny_test.yaml"

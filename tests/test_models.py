@@ -32,7 +32,7 @@ from agents.models import (
     save_model_dir,
 )
 from agents.models import smollm2 as smollm2_mod
-from marl.cli import app
+from cli import app
 
 REPO = Path(__file__).resolve().parents[1]
 

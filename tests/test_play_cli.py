@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from marl.cli import app
+from cli import app
 
 TINY = Path(__file__).parents[1] / "configs" / "tiny_test.yaml"
 

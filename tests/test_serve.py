@@ -191,7 +191,7 @@ def test_marl_serve_cli_on_loopback(tmp_path: Path) -> None:
         role.pop("adapter", None)  # an untrained team folder: frozen roles, no adapters
     (folder / "team.yaml").write_text(yaml.safe_dump(data))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_WAIT_POLICY": "PASSIVE"}
-    proc = subprocess.Popen([sys.executable, "-m", "marl.cli", "serve", str(folder),
+    proc = subprocess.Popen([sys.executable, "-m", "cli", "serve", str(folder),
                              "--port", "0"], cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:

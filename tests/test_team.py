@@ -22,10 +22,10 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from typer.testing import CliRunner
 
 from agents.policy import Request, Response
+from cli import app
 from configs import TeamConfig, load_config, load_config_text
 from games.tasks import make_task
 from marl.checkpoint import save_checkpoint
-from marl.cli import app
 from orchestrator.export import ExportError, export_run
 from orchestrator.team import (
     Plan,

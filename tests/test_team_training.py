@@ -15,9 +15,9 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from cli import app
 from configs import TeamConfig, load_config, load_config_text
 from games.tasks import register_task
-from marl.cli import app
 from marl.topology import LearnedGraph
 from marl.trainer import Trainer, TrainingError
 from orchestrator.team import Team

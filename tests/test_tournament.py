@@ -18,9 +18,9 @@ from typer.testing import CliRunner
 
 import configs
 from agents.builder import build_roster
+from cli import app
 from configs import load_config
 from configs.tournament import TournamentConfig
-from marl.cli import app
 from orchestrator.report import RATING_COLUMNS
 from orchestrator.serve import make_server
 from orchestrator.team import Team
@@ -100,7 +100,7 @@ def test_resume_after_sigkill_replays_no_finished_game(tmp_path: Path) -> None:
     out = tmp_path / "out"
     matches = out / MATCHES
     env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
-    proc = subprocess.Popen([sys.executable, "-m", "marl.cli", "tournament", str(cfg),
+    proc = subprocess.Popen([sys.executable, "-m", "cli", "tournament", str(cfg),
                              "--out", str(out)], cwd=REPO, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 300

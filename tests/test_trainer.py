@@ -256,7 +256,7 @@ def _metrics(run: Path) -> list[dict]:
 
 
 def _train(cfg: Path, run: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "marl.cli", "train", str(cfg), "--out",
+    return subprocess.Popen([sys.executable, "-m", "cli", "train", str(cfg), "--out",
                              str(run), *extra], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, env={**os.environ, "COLUMNS": "120"})
 
@@ -301,7 +301,7 @@ def test_a_time_budget_stop_still_evaluates_the_final_policy(tmp_path: Path) -> 
 def test_train_refuses_to_mix_into_an_existing_run(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from marl.cli import app
+    from cli import app
 
     run = tmp_path / "run"
     run.mkdir()
@@ -319,7 +319,7 @@ def test_best_checkpoint_is_kept_and_evaluates_as_logged(tmp_path: Path) -> None
     gives the figure the trainer logged."""
     from typer.testing import CliRunner
 
-    from marl.cli import app
+    from cli import app
 
     run = tmp_path / "run"
     cfg = load_config_text(tiny_team("kuhn_poker", "  steps: 4\n  eval_every: 1\n  lr: 0.05\n"

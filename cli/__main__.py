@@ -1,0 +1,5 @@
+"""``python -m cli ...``: the ``marl`` command without the console script."""
+
+from cli import app
+
+app()

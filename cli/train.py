@@ -1,0 +1,123 @@
+"""``marl train``, ``marl plot`` and ``marl eval exploitability``: learning and measuring it."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from cli.common import fail, load_team, quiet_transformers
+
+eval_app = typer.Typer(no_args_is_help=True, help="Exact evaluation of players.")
+
+
+def train_cmd(
+    config: Annotated[str, typer.Argument(help="Team YAML file with a `train` section.")],
+    out: Annotated[str, typer.Option("--out", help="Run folder.")] = "runs/latest",
+    resume: Annotated[bool, typer.Option("--resume", help="Continue from the last "
+                                                           "checkpoint in --out.")] = False,
+    address: Annotated[str | None, typer.Option(help="Ray cluster address (default: the "
+                                                     "config's, else a local Ray).")] = None,
+    steps: Annotated[int | None, typer.Option(help="Override train.steps.")] = None,
+    max_minutes: Annotated[float | None, typer.Option(
+        help="Override train.max_minutes (wall-clock budget).")] = None,
+) -> None:
+    """Train the team's adapters with multi-agent GRPO; metrics in OUT/metrics.jsonl."""
+    quiet_transformers()
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from agents.models import ModelError
+    from marl.progress import TrainProgress
+    from marl.trainer import Trainer, TrainingError
+
+    cfg = load_team(config)
+    if cfg.train is None:
+        fail(f"{config}: no `train` section (see docs/schema.json)")
+    cfg = cfg.replace(train=cfg.train.with_overrides(steps=steps, max_minutes=max_minutes,
+                                                     address=address))
+    if not resume and (Path(out) / "latest").is_file():
+        fail(f"{out} already holds a run: add --resume to continue it, or choose another --out")
+    console = Console()
+    try:
+        with console.status("Starting the trainer (models, workers)..."):
+            trainer = Trainer(cfg, Path(out), resume=resume)
+        with TrainProgress(console, cfg.train.steps, start=trainer.step) as progress:
+            trainer.fit(on_step=progress.update)
+    except (TrainingError, ModelError, FileNotFoundError) as exc:
+        fail(str(exc))
+    console.print(f"done: {trainer.step} steps; metrics {Path(out) / 'metrics.jsonl'}, "
+                  f"checkpoints {Path(out) / 'checkpoints'}")
+
+
+def plot_cmd(
+    run: Annotated[str, typer.Argument(help="Run folder (with metrics.jsonl).")],
+    out: Annotated[str | None, typer.Option(help="PNG path (default RUN/curves.png).")] = None,
+) -> None:
+    """Write PNG learning curves of a run."""
+    from pathlib import Path
+
+    from marl.plots import plot_run
+
+    metrics = Path(run) / "metrics.jsonl"
+    if not metrics.is_file():
+        fail(f"{metrics} not found")
+    path = plot_run(Path(run), Path(out) if out else None)
+    typer.echo(f"wrote {path}")
+
+
+@eval_app.command("exploitability")
+def eval_exploitability_cmd(
+    target: Annotated[str, typer.Argument(help="A bot name, a team YAML (untrained), a run, "
+                                               "checkpoint or exported team folder.")],
+    game: Annotated[str, typer.Option(help="kuhn_poker or leduc_poker.")] = "kuhn_poker",
+    out: Annotated[str | None, typer.Option(help="Write the table and figure as JSON.")] = None,
+) -> None:
+    """Exact exploitability of the table policy a player induces, per information state."""
+    quiet_transformers()
+    import json
+    from pathlib import Path
+
+    from rich.console import Console
+    from rich.table import Table
+
+    import games
+    from agents.models import ModelError
+    from orchestrator.evaluation import agent_probs, bot_probs, exploitability_report
+    from orchestrator.participants import ParticipantLoader
+
+    env = games.make(game) if game in games.names() else None
+    if env is None or not hasattr(env, "root_state"):
+        fail(f"exact exploitability needs a game with an exact tree: kuhn_poker, leduc_poker "
+             f"(got {game!r})")
+    console = Console()
+    try:
+        with console.status(f"Reading {target}'s policy at every information state..."):
+            agent = ParticipantLoader(game).load(target)
+            read = (bot_probs(agent.policy.bot) if agent.role == "bot"
+                    else agent_probs(agent))
+            report = exploitability_report(read, game)
+    except (ModelError, FileNotFoundError, ValueError, TypeError) as exc:
+        fail(str(exc))
+    names = env.action_names
+    table = Table(title=f"{target} on {game}")
+    table.add_column("information state")
+    for a in names:
+        table.add_column(a, justify="right")
+    for key in sorted(report.table):
+        row = report.table[key]
+        table.add_row(key, *[f"{row[i]:.3f}" if i in row else "" for i in range(len(names))])
+    console.print(table)
+    console.print(f"exploitability: {report.exploitability:.6f}  "
+                  f"(NashConv {2 * report.exploitability:.6f})")
+    if out:
+        Path(out).write_text(json.dumps({"game": game, "target": target,
+                                         "exploitability": report.exploitability,
+                                         "table": report.table}, indent=1))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("train")(train_cmd)
+    app.command("plot")(plot_cmd)
+    app.add_typer(eval_app, name="eval")
