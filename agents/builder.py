@@ -7,15 +7,22 @@ instance of a role (``count: 2``) shares that role's policy, so their decisions 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from agents.agent import Agent
-from agents.hf import HFPolicy, ModelHost
+from agents.hf import AdapterMismatch, HFPolicy, ModelHost
 from agents.models import MODEL_REGISTRY, ensure_cached, load_model
 from agents.policy import Policy, make_policy
 from configs.schema import RoleConfig, TeamConfig
+
+#: Backends that answer in free text (language models): what a team runs.
+TEXT_BACKENDS = ("hf", "vllm", "openai")
+
+
+class RosterError(ValueError):
+    """Roles that cannot be built as asked; the message says what to change."""
 
 
 @dataclass
@@ -25,9 +32,6 @@ class Roster:
     agents: list[Agent]
     policies: dict[str, Policy]
     hosts: dict[str, ModelHost] = field(default_factory=dict)
-
-    def by_role(self, role: str) -> list[Agent]:
-        return [a for a in self.agents if a.role == role]
 
     def to(self, device: str) -> None:
         """Move every local model (e.g. to the GPU a Ray actor was given)."""
@@ -51,11 +55,13 @@ def host_key(cfg: TeamConfig, role: RoleConfig) -> str:
 
 @dataclass
 class BuildContext:
-    """What role builders share: the team config, the model hosts built so far, a seed."""
+    """What role builders share: the team config, the model hosts built so far, a seed, and
+    the trained PEFT folder of the role's adapter (else it starts untrained)."""
 
     cfg: TeamConfig
     hosts: dict[str, ModelHost]
     seed: int
+    trained: str | Path | None = None
 
 
 def _hf(role: RoleConfig, ctx: BuildContext) -> Policy:
@@ -69,6 +75,11 @@ def _hf(role: RoleConfig, ctx: BuildContext) -> Policy:
         a = role.adapter
         host.add_adapter(adapter, r=a.r, alpha=a.alpha, dropout=a.dropout, targets=a.targets,
                          seed=ctx.seed)
+        if ctx.trained is not None:
+            try:
+                host.load_adapter(adapter, ctx.trained)
+            except AdapterMismatch as exc:
+                raise RosterError(f"role {role.name!r}: {exc}") from exc
     return hf_role_policy(host, adapter, role, ctx.seed)
 
 
@@ -120,20 +131,60 @@ ROLE_BUILDERS: dict[str, Callable[[RoleConfig, BuildContext], Policy]] = {
 }
 
 
-def build_roster(cfg: TeamConfig, seed: int = 0,
-                 hosts: dict[str, ModelHost] | None = None) -> Roster:
+def build_roster(cfg: TeamConfig, seed: int = 0, hosts: dict[str, ModelHost] | None = None,
+                 *, policies: Mapping[str, Policy] | None = None,
+                 adapters: Mapping[str, str | Path] | None = None,
+                 free_text: bool = False) -> Roster:
+    """One policy per role and the role's agents, in role order.
+
+    ``hosts`` shares base models with other rosters; ``policies`` gives roles their policy
+    (nothing is built for them); ``adapters`` maps roles to trained PEFT folders for their
+    adapters; ``free_text`` makes every role decode free text (a team answering in words, with
+    no action list), which only the :data:`TEXT_BACKENDS` do.
+    """
     hosts = {} if hosts is None else hosts
+    given = dict(policies or {})
+    adapters = dict(adapters or {})
+    unknown = sorted((set(given) | set(adapters)) - {r.name for r in cfg.roles})
+    if unknown:
+        raise RosterError(f"unknown roles {', '.join(unknown)}; the team's roles: "
+                          f"{', '.join(r.name for r in cfg.roles)}")
     agents: list[Agent] = []
-    policies: dict[str, Policy] = {}
+    built: dict[str, Policy] = {}
     for k, role in enumerate(cfg.roles):
-        policy = ROLE_BUILDERS[role.backend](role, BuildContext(cfg, hosts, seed + 1000 * k))
-        policies[role.name] = policy
+        if free_text:
+            role = role.model_copy(update={"decoding": role.decoding.model_copy(
+                update={"mode": "free"})})
+        policy = given.get(role.name)
+        if policy is None:
+            _check_buildable(cfg, role, hosts, role.name in adapters, free_text)
+            ctx = BuildContext(cfg, hosts, seed + 1000 * k, adapters.get(role.name))
+            policy = ROLE_BUILDERS[role.backend](role, ctx)
+        built[role.name] = policy
         for i, name in enumerate(role.instance_names()):
             agents.append(Agent(name=name, role=role.name, policy=policy,
                                 system_prompt=system_prompt_for(role, cfg.name, cfg.game.name,
                                                             name, i),
                                 mode=role.decoding.mode))
-    return Roster(agents, policies, hosts)
+    return Roster(agents, built, hosts)
+
+
+def _check_buildable(cfg: TeamConfig, role: RoleConfig, hosts: Mapping[str, ModelHost],
+                     trained: bool, free_text: bool) -> None:
+    """Refuse what would fail late or silently: an adapter name a shared host already holds,
+    a free-text role on a backend without text, a trained adapter with nowhere to go."""
+    shared = hosts.get(host_key(cfg, role))
+    if role.adapter is not None and role.name in getattr(shared, "adapters", ()):
+        raise RosterError(f"role {role.name!r}: the shared model host already holds an "
+                          "adapter of that name (another team's role); give this team its own "
+                          "hosts")
+    if free_text and role.backend not in TEXT_BACKENDS:
+        raise RosterError(f"role {role.name!r} uses backend {role.backend!r}: the team runtime "
+                          f"runs language models ({', '.join(TEXT_BACKENDS)}); use one of them "
+                          "or pass policies={role: policy}")
+    if trained and (role.backend != "hf" or role.adapter is None):
+        raise RosterError(f"role {role.name!r}: trained adapters load into hf roles with an "
+                          "adapter section")
 
 
 def adapter_dir(path: str | Path, role: str) -> Path:

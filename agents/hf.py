@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import json
 import random
 import warnings
 from collections import defaultdict
@@ -60,6 +61,10 @@ def head_clusters(prompts: list[list[int]]) -> list[list[int]]:
         else:
             groups.append([i])
     return [sorted(g) for g in groups]
+
+
+class AdapterMismatch(ValueError):
+    """A saved adapter that does not fit the adapter configured under its name."""
 
 
 class ModelHost:
@@ -118,11 +123,22 @@ class ModelHost:
             nested.rmdir()
 
     def load_adapter(self, name: str, path: str | Path, trainable: bool = False) -> None:
-        """Attach a saved PEFT adapter folder under ``name``."""
+        """Load a saved PEFT folder as adapter ``name``, reading JSON and safetensors only.
+
+        A ``name`` the host already holds (a role's adapter, built from its config) takes the
+        folder's weights, and the two must agree: a different rank, alpha or set of tensors
+        would otherwise load a different network silently (:class:`AdapterMismatch`).  A new
+        ``name`` is attached with the folder's own settings.
+        """
         path = Path(path)
-        if not (path / "adapter_config.json").is_file():
-            raise FileNotFoundError(f"{path} is not a PEFT adapter folder "
-                                    "(no adapter_config.json)")
+        conf_file, weights_file = path / "adapter_config.json", path / "adapter_model.safetensors"
+        if not conf_file.is_file() or not weights_file.is_file():
+            raise FileNotFoundError(f"{path} is not a PEFT adapter folder (needs "
+                                    "adapter_config.json and adapter_model.safetensors)")
+        if name in self.adapters:
+            self._fill_adapter(name, path)
+            return
+        # PEFT reads adapter_model.safetensors when it is there (checked above), never pickle
         if isinstance(self.model, PeftModel):
             self.model.load_adapter(str(path), adapter_name=name, is_trainable=trainable)
         else:
@@ -131,6 +147,24 @@ class ModelHost:
             self._active = name
         self.adapters.append(name)
         self._forget(name)
+
+    def _fill_adapter(self, name: str, path: Path) -> None:
+        """The weights of the PEFT folder ``path`` into the existing adapter ``name``."""
+        from safetensors.torch import load_file
+
+        saved = json.loads((path / "adapter_config.json").read_text())
+        current = self.model.peft_config[name]
+        for key in ("r", "lora_alpha"):
+            if saved.get(key) != getattr(current, key):
+                raise AdapterMismatch(f"{path} has {key}={saved.get(key)} but the config says "
+                                      f"{getattr(current, key)}")
+        weights = load_file(str(path / "adapter_model.safetensors"))
+        expected = set(self.adapter_weights(name))
+        if set(weights) != expected:
+            diff = sorted(set(weights) ^ expected)
+            raise AdapterMismatch(f"{path} holds other tensors than the configured adapter "
+                                  f"(e.g. {diff[:2]}); check adapter.targets in team.yaml")
+        self.set_adapter_weights(name, weights)
 
     @contextlib.contextmanager
     def use(self, adapter: str | None) -> Iterator[None]:

@@ -98,7 +98,8 @@ class TeamPlayer:
         turns = []
         for t in result.transcript:
             r = t.response or Response(t.text)  # no ids: nothing to learn from this turn
-            turns.append(Turn(spec.index, t.agent, t.agent, t.role, t.text, None, True, True,
+            turns.append(Turn(episode=spec.index, agent=t.agent, name=t.agent, role=t.role,
+                              text=t.text, action=None, parsed=True, legal=True,
                               prompt_ids=list(r.prompt_ids),
                               completion_ids=list(r.completion_ids),
                               logprobs=list(r.logprobs)))

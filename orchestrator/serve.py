@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from orchestrator.team import Team, TeamResult, Turn, message_text
+from orchestrator.team import NodeMessage, Team, TeamResult, message_text
 
 MAX_BODY = 4 * 1024 * 1024
 _DONE = object()
@@ -56,7 +56,9 @@ def last_user_message(messages: Any) -> str:
 
 
 @dataclass
-class _Job:
+class _PendingRequest:
+    """A client's task waiting for the batcher: its result arrives on ``future``."""
+
     task: str
     future: Future = field(default_factory=Future)
     events: queue.Queue | None = None  # turns as they finish, for streaming
@@ -68,12 +70,12 @@ class TeamBatcher:
 
     def __init__(self, team: Team, max_batch: int = 16) -> None:
         self.team, self.max_batch = team, max_batch
-        self.queue: queue.Queue[_Job | None] = queue.Queue()
+        self.queue: queue.Queue[_PendingRequest | None] = queue.Queue()
         self.thread = threading.Thread(target=self._loop, name="team-batcher", daemon=True)
         self.thread.start()
 
-    def submit(self, task: str, stream: bool = False) -> _Job:
-        job = _Job(task, events=queue.Queue() if stream else None)
+    def submit(self, task: str, stream: bool = False) -> _PendingRequest:
+        job = _PendingRequest(task, events=queue.Queue() if stream else None)
         self.queue.put(job)
         return job
 
@@ -98,8 +100,8 @@ class TeamBatcher:
                 jobs.append(nxt)
             self._run(jobs)
 
-    def _run(self, jobs: list[_Job]) -> None:
-        def on_turn(i: int, turn: Turn) -> None:
+    def _run(self, jobs: list[_PendingRequest]) -> None:
+        def on_turn(i: int, turn: NodeMessage) -> None:
             if jobs[i].events is not None:
                 jobs[i].events.put(turn)
 
@@ -284,7 +286,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "marl": {"messages": result.messages, "decided_by": result.decided_by,
                          "transcript": [t.to_dict() for t in result.transcript]}}
 
-    def _stream(self, job: _Job, include_usage: bool) -> None:
+    def _stream(self, job: _PendingRequest, include_usage: bool) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")

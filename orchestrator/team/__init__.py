@@ -1,0 +1,23 @@
+"""Teams of agents answering tasks along a communication topology.
+
+- :mod:`~orchestrator.team.plan`: a topology unrolled into ``(agent, round)`` nodes, run in
+  topological generations, and the decision (final node or majority vote);
+- :mod:`~orchestrator.team.prompts`: what a node reads and how it is prompted;
+- :mod:`~orchestrator.team.views`: a task's question and private views, given to agents;
+- :mod:`~orchestrator.team.runtime`: :class:`Team`, which runs plans in batches;
+- :mod:`~orchestrator.team.langgraph`: the same plan as a LangGraph ``StateGraph``.
+"""
+
+from agents.builder import TEXT_BACKENDS
+from orchestrator.team.errors import TeamError
+from orchestrator.team.langgraph import graph_node_id, message_text
+from orchestrator.team.plan import Plan, answer_key, majority
+from orchestrator.team.prompts import Heard, NodeContext, PromptFn, default_prompt
+from orchestrator.team.runtime import TOPOLOGY_FILE, NodeMessage, Team, TeamResult
+from orchestrator.team.views import TaskView, assign_views
+
+__all__ = [
+    "TEXT_BACKENDS", "TOPOLOGY_FILE", "Heard", "NodeContext", "NodeMessage", "Plan", "PromptFn",
+    "TaskView", "Team", "TeamError", "TeamResult", "answer_key", "assign_views",
+    "default_prompt", "graph_node_id", "majority", "message_text",
+]
