@@ -21,6 +21,7 @@ from functools import partial
 import torch
 
 from agents.hf import ModelHost
+from agents.policy import scale_temperature
 from marl.loss import grpo_loss
 from marl.optim import Optimizer, OptimizerFactory, TorchAdamW
 
@@ -37,7 +38,7 @@ class TrainItem:
     advantage: float
     candidate_ids: list[list[int]] | None = None  # choice decoding
     choice: int = 0
-    temperature: float = 1.0
+    temperature: float = 1.0  # the decision's sampling temperature (0: greedy)
 
 
 @dataclass
@@ -121,7 +122,7 @@ class Learner:
                                             [it.candidate_ids for it in items])
         logp, ent = [], []
         for it, s in zip(items, scores, strict=True):
-            lp = torch.log_softmax(s / it.temperature, 0)
+            lp = torch.log_softmax(s / scale_temperature(it.temperature), 0)
             logp.append(lp[it.choice])
             ent.append(-(lp.exp() * lp).sum())
         logp_t = torch.stack(logp)[:, None]

@@ -101,7 +101,7 @@ class TeamPlayer:
             turns.append(Turn(spec.index, t.agent, t.agent, t.role, t.text, None, True, True,
                               prompt_ids=list(r.prompt_ids),
                               completion_ids=list(r.completion_ids),
-                              logprobs=list(r.logprobs)))
+                              logprobs=list(r.logprobs), temperature=r.temperature))
         last = {t.agent: t for t in turns}  # the score arrives after each agent's last turn
         for t in last.values():
             t.reward = score
