@@ -22,7 +22,15 @@ import torch
 import torch.nn.functional as F
 from peft import LoraConfig, PeftModel, get_peft_model
 
-from agents.policy import Request, Response, choice_probs, choice_response, register_backend
+from agents.policy import (
+    Request,
+    Response,
+    choice_probs,
+    choice_response,
+    greedy,
+    register_backend,
+    scale_temperature,
+)
 
 
 def left_pad(prompts: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -233,7 +241,8 @@ class ModelHost:
     # ----- batched compute
     def sequence_logprobs(self, prompts: list[list[int]], completions: list[list[int]],
                           temperature: float = 1.0) -> list[torch.Tensor]:
-        """Per-token ``log softmax(logits / T)`` of each completion given its prompt.
+        """Per-token ``log softmax(logits / T)`` of each completion given its prompt, ``T``
+        the sampling temperature (:func:`~agents.policy.scale_temperature`).
 
         One right-padded forward over every (prompt + completion).  Gradients flow when called
         outside ``torch.no_grad`` (the learner uses this same function).
@@ -256,8 +265,8 @@ class ModelHost:
         logps, ents = [], []
         for i, (p, c) in enumerate(zip(prompts, completions, strict=True)):
             # logits at position t predict token t+1 (positions counted after the shared head)
-            step = logits[i, len(p) - 1 - lcp : len(p) + len(c) - 1 - lcp] / max(temperature,
-                                                                                1e-6)
+            step = (logits[i, len(p) - 1 - lcp : len(p) + len(c) - 1 - lcp]
+                    / scale_temperature(temperature))
             logsm = F.log_softmax(step, dim=-1)
             tgt = torch.tensor(c, device=step.device)
             logps.append(logsm.gather(1, tgt[:, None]).squeeze(1))
@@ -409,23 +418,24 @@ class ModelHost:
         """Sample completions for a left-padded batch; returns token ids and their log-probs.
 
         Log-probs are of the sampling distribution ``softmax(logits / T)`` (``T = 1`` for
-        greedy), cut at the first end-of-sequence token.
+        greedy: :func:`~agents.policy.scale_temperature`), cut at the first end-of-sequence
+        token.
         """
         pad = self.tokenizer.pad_token_id
         eos = self.tokenizer.eos_token_id
         ids, mask = left_pad(prompts, pad)
         width = ids.shape[1]
-        greedy = temperature <= 0
+        argmax = greedy(temperature)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             out = self.model.generate(
                 input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
-                max_new_tokens=max_new_tokens, do_sample=not greedy,
-                temperature=None if greedy else temperature, top_p=None if greedy else top_p,
+                max_new_tokens=max_new_tokens, do_sample=not argmax,
+                temperature=None if argmax else temperature, top_p=None if argmax else top_p,
                 top_k=None, pad_token_id=pad, eos_token_id=eos,
                 output_logits=True, return_dict_in_generate=True)
         new = out.sequences[:, width:]
-        scale = 1.0 if greedy else temperature
+        scale = scale_temperature(temperature)
         # log softmax(z)[token] = z[token] - logsumexp(z), step by step: no (batch, steps,
         # vocab) log-prob tensor (0.5-1.3 s and 400 MB per call at B = 32, 32 steps, 49k vocab)
         cols = []
@@ -472,7 +482,8 @@ class HFPolicy:
                                               self.temperature, self.top_p, self._seed())
         tok = self.host.tokenizer
         return [Response(text=tok.decode(c, skip_special_tokens=True), prompt_ids=p,
-                         completion_ids=c, logprobs=lp, truncated_prompt=t)
+                         completion_ids=c, logprobs=lp, truncated_prompt=t,
+                         temperature=self.temperature)
                 for p, c, lp, t in zip(prompts, comps, logps, cut, strict=True)]
 
     @torch.no_grad()

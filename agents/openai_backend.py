@@ -46,7 +46,7 @@ class OpenAIPolicy:
         except (httpx.HTTPError, KeyError, IndexError, ValueError, TypeError):
             self.errors += 1
             text = ""
-        return Response(text=text)
+        return Response(text=text, temperature=self.temperature)
 
     def act(self, requests: list[Request]) -> list[Response]:
         return list(self.pool.map(self._one, requests))

@@ -42,7 +42,9 @@ class Response:
 
     ``choice`` is an index into the request's ``legal`` when the policy picked directly (choice
     decoding, bots); otherwise the game parses ``text``.  ``logprobs`` holds one entry per
-    completion token (free decoding) or a single ``log pi(a|s)`` (choice decoding).
+    completion token (free decoding) or a single ``log pi(a|s)`` (choice decoding), at the
+    sampling ``temperature`` the policy stamps here, so a learner recomputes them at the same
+    one (:func:`scale_temperature`).
     """
 
     text: str
@@ -53,6 +55,7 @@ class Response:
     candidate_ids: list[list[int]] | None = None
     action_probs: list[float] | None = None  # choice decoding: the sampling distribution
     truncated_prompt: bool = False
+    temperature: float = 1.0  # what the policy sampled at; 0: greedy
 
 
 @runtime_checkable
@@ -88,9 +91,20 @@ def make_policy(backend: str, **kwargs: Any) -> Policy:
     return factory(**kwargs)
 
 
+def greedy(temperature: float) -> bool:
+    """A sampling temperature of 0 (or below) means greedy: the most likely answer is taken."""
+    return temperature <= 0
+
+
+def scale_temperature(temperature: float) -> float:
+    """What logits are divided by for the log-probs of a decision sampled at ``temperature``:
+    ``T`` itself, or 1 for greedy decoding (its log-probs are read at ``T = 1``)."""
+    return 1.0 if greedy(temperature) else temperature
+
+
 def choice_logprobs(scores: list[float], temperature: float) -> list[float]:
-    """``log softmax(scores / T)``; ``T = 0`` (greedy) reads the distribution at ``T = 1``."""
-    t = temperature if temperature > 0 else 1.0
+    """``log softmax(scores / T)``, ``T`` from :func:`scale_temperature`."""
+    t = scale_temperature(temperature)
     z = max(s / t for s in scores)
     logz = z + math.log(sum(math.exp(s / t - z) for s in scores))
     return [s / t - logz for s in scores]
@@ -108,10 +122,10 @@ def choice_response(request: Request, prompt_ids: list[int], candidates: list[li
     ``T = 0``); the response carries ``log pi`` of the pick and the whole distribution."""
     logpi = choice_logprobs(scores, temperature)
     probs = [math.exp(x) for x in logpi]
-    if temperature > 0:
-        i = rng.choices(range(len(scores)), weights=probs)[0]
-    else:
+    if greedy(temperature):
         i = max(range(len(scores)), key=logpi.__getitem__)
+    else:
+        i = rng.choices(range(len(scores)), weights=probs)[0]
     return Response(text=request.action_texts[i], choice=i, prompt_ids=prompt_ids,
                     completion_ids=candidates[i], logprobs=[logpi[i]], candidate_ids=candidates,
-                    action_probs=probs, truncated_prompt=truncated)
+                    action_probs=probs, truncated_prompt=truncated, temperature=temperature)

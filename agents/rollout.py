@@ -43,6 +43,7 @@ class Turn:
     choice: int | None = None  # index into candidate_ids (choice decoding)
     action_probs: list[float] | None = None  # the distribution ``choice`` was drawn from
     public: Hashable | None = None  # the game's public_state at the decision, if it has one
+    temperature: float = 1.0  # the response's sampling temperature (0: greedy)
     reward: float = 0.0
     seconds: float = 0.0
 
@@ -59,12 +60,6 @@ class Episode:
     returns: dict[str, float] = field(default_factory=dict)
     illegal_moves: dict[str, int] = field(default_factory=dict)
     forfeits: list[str] = field(default_factory=list)
-
-    def winner(self) -> str | None:
-        """The seat with the strictly highest return, or None for a draw."""
-        best = max(self.returns.values())
-        top = [a for a, r in self.returns.items() if r == best]
-        return top[0] if len(top) == 1 else None
 
 
 @dataclass
@@ -149,7 +144,8 @@ class RolloutEngine:
                     legal=action in legal, prompt_ids=resp.prompt_ids,
                     completion_ids=resp.completion_ids, logprobs=resp.logprobs,
                     candidate_ids=resp.candidate_ids, choice=resp.choice,
-                    action_probs=resp.action_probs, public=public, seconds=seconds)
+                    action_probs=resp.action_probs, public=public,
+                    temperature=resp.temperature, seconds=seconds)
         r.episode.turns.append(turn)
         r.last_turn[agent_id] = turn
         env.step(ILLEGAL if action is None else action)

@@ -74,7 +74,7 @@ class VLLMPolicy:
             c = o.outputs[0]
             lps = [step[t].logprob for t, step in zip(c.token_ids, c.logprobs, strict=True)]
             res.append(Response(text=c.text, prompt_ids=p, completion_ids=list(c.token_ids),
-                                logprobs=lps))
+                                logprobs=lps, temperature=self.temperature))
         return res
 
     def _choose(self, requests: list[Request], prompts: list[list[int]]) -> list[Response]:

@@ -189,8 +189,8 @@ TopologyKind = Literal["chain", "star", "complete", "debate", "layered", "explic
 
 
 class TopologyLearningConfig(StrictModel):
-    """How a learnable topology learns (REFERENCE.md section 2): the fields of
-    ``topologies.LearnableConfig`` plus what its utility's cost counts."""
+    """How a learnable topology learns (docs/algorithms.md, learnable topology): the settings
+    ``topologies.LearnableTopology`` keeps and saves with its logits."""
 
     lr: float = Field(0.1, gt=0, description="Adam step size on the edge logits.")
     tau: float = Field(1.0, gt=0, description="Temperature: p_e = sigmoid(theta_e / tau).")

@@ -93,7 +93,10 @@ class TrainConfig(StrictModel):
     clip_high: float = Field(0.28, ge=0)
     kl: float = Field(0.0, ge=0, description="beta of the k3 KL to the base model.")
     entropy: float = Field(0.0, ge=0, description="Entropy bonus coefficient.")
-    epochs: int = Field(1, ge=1, description="Passes over each batch.")
+    epochs: int = Field(1, ge=1, description="Optimizer steps per batch, each a pass over it "
+                                             "against the sampling-time log-probs, so the clip "
+                                             "bounds the later ones (PPO epochs, TRL "
+                                             "num_iterations).")
     max_grad_norm: float = Field(1.0, gt=0)
     seed: int = 0
     concurrency: int = Field(64, ge=1, description="Games played at once per worker.")

@@ -4,7 +4,10 @@ One learner per trainable base model.  It recomputes the log-probs of the sample
 with gradients (free decoding: every completion token; choice decoding: ``log pi(a|s)`` over the
 legal actions' texts), applies :func:`marl.loss.grpo_loss`, and reports per-agent gradient
 norms (Dr. MAS's claim is about them): the gradient of each agent's share of the loss is
-accumulated separately and its norm recorded before the optimizer step.
+accumulated separately and its norm recorded before the optimizer step.  ``epochs`` passes over
+a batch take one optimizer step each against the same sampling-time log-probs, so from the
+second pass on the ratio leaves 1 and the clip bounds how far the policy moves (PPO's epochs,
+TRL's ``num_iterations``).
 
 The optimizer is a backend (:mod:`marl.optim`: torch AdamW or a DeepSpeed engine) behind a few
 calls, so this algorithm exists once whichever backend applies the update.
@@ -21,6 +24,7 @@ from functools import partial
 import torch
 
 from agents.hf import ModelHost
+from agents.policy import scale_temperature
 from marl.loss import grpo_loss
 from marl.optim import Optimizer, OptimizerFactory, TorchAdamW
 
@@ -37,7 +41,7 @@ class TrainItem:
     advantage: float
     candidate_ids: list[list[int]] | None = None  # choice decoding
     choice: int = 0
-    temperature: float = 1.0
+    temperature: float = 1.0  # the decision's sampling temperature (0: greedy)
 
 
 @dataclass
@@ -87,9 +91,11 @@ class Learner:
 
     def __init__(self, host: ModelHost, adapters: list[str], lr: float, clip_low: float = 0.2,
                  clip_high: float = 0.28, kl: float = 0.0, entropy: float = 0.0,
-                 max_grad_norm: float = 1.0, micro_batch: int = 16,
+                 max_grad_norm: float = 1.0, micro_batch: int = 16, epochs: int = 1,
                  optimizer: OptimizerFactory = TorchAdamW) -> None:
-        self.host, self.adapters = host, list(adapters)
+        if epochs < 1:
+            raise ValueError(f"epochs must be >= 1, got {epochs}")
+        self.host, self.adapters, self.epochs = host, list(adapters), epochs
         self.clip_low, self.clip_high, self.kl, self.entropy = clip_low, clip_high, kl, entropy
         self.max_grad_norm, self.micro_batch = max_grad_norm, micro_batch
         self.params = [p for n, p in host.model.named_parameters()
@@ -121,7 +127,7 @@ class Learner:
                                             [it.candidate_ids for it in items])
         logp, ent = [], []
         for it, s in zip(items, scores, strict=True):
-            lp = torch.log_softmax(s / it.temperature, 0)
+            lp = torch.log_softmax(s / scale_temperature(it.temperature), 0)
             logp.append(lp[it.choice])
             ent.append(-(lp.exp() * lp).sum())
         logp_t = torch.stack(logp)[:, None]
@@ -164,15 +170,25 @@ class Learner:
             seen |= keys
         return chunks
 
-    # ----- one optimizer step
+    # ----- an update: ``epochs`` optimizer steps on one batch
     def update(self, items: list[TrainItem], lr: float | None = None) -> UpdateStats:
-        """Accumulate the loss of every item, per agent, then take one clipped step (at
-        ``lr`` when given)."""
+        """``epochs`` passes over the batch (at ``lr`` when given), each one clipped optimizer
+        step; the stats are the last pass's.  A pass with a non-finite loss or gradient
+        applies nothing and ends the update, reported as skipped (a further pass would start
+        from the same weights)."""
         if lr is not None:
             self.optimizer.set_lr(lr)
         items = [it for it in items if it.completion_ids or it.candidate_ids]
         n_total = sum(1 if it.candidate_ids is not None else len(it.completion_ids)
                       for it in items)
+        for _ in range(self.epochs):
+            stats = self._step(items, n_total)
+            if stats.skipped:
+                break
+        return stats
+
+    def _step(self, items: list[TrainItem], n_total: int) -> UpdateStats:
+        """Accumulate the loss of every item, per agent, then take one clipped step."""
         self.optimizer.zero_grad()
         by_agent: dict[tuple, list[TrainItem]] = defaultdict(list)
         for it in items:

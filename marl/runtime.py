@@ -49,7 +49,7 @@ class LearnerProcess:
         self.learner = Learner(roster.hosts[key], trainable_hosts(team)[key], lr=tc.lr,
                                clip_low=tc.clip_low, clip_high=tc.clip_high, kl=tc.kl,
                                entropy=tc.entropy, max_grad_norm=tc.max_grad_norm,
-                               micro_batch=tc.learner.micro_batch,
+                               micro_batch=tc.learner.micro_batch, epochs=tc.epochs,
                                optimizer=make_optimizer(tc.learner.backend,
                                                         tc.learner.zero_stage))
 

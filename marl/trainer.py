@@ -206,13 +206,12 @@ class Trainer:
         for (_, t), a in zip(rows, adv.values, strict=True):
             if a == 0:
                 continue  # no signal: skip the compute
-            role = self.cfg.role(t.role)
             out[host_of[t.role]].append(TrainItem(
                 adapter=t.role, agent=f"{t.role}/{t.agent}", prompt_ids=t.prompt_ids,
                 completion_ids=t.completion_ids, old_logprobs=t.logprobs, advantage=float(a),
                 candidate_ids=t.candidate_ids,
                 choice=t.choice or 0,
-                temperature=role.decoding.temperature or 1.0))
+                temperature=t.temperature))
         return dict(out)
 
     # ----- one step

@@ -102,7 +102,7 @@ class TeamPlayer:
                               text=t.text, action=None, parsed=True, legal=True,
                               prompt_ids=list(r.prompt_ids),
                               completion_ids=list(r.completion_ids),
-                              logprobs=list(r.logprobs)))
+                              logprobs=list(r.logprobs), temperature=r.temperature))
         last = {t.agent: t for t in turns}  # the score arrives after each agent's last turn
         for t in last.values():
             t.reward = score

@@ -16,7 +16,7 @@ from agents.builder import build_roster
 from agents.hf import HFPolicy, ModelHost, head_clusters
 from agents.models import build_tiny_random
 from agents.openai_backend import OpenAIPolicy
-from agents.policy import Request, Response
+from agents.policy import Request, Response, greedy, scale_temperature
 from agents.rollout import RolloutEngine
 from agents.scripted import ScriptedPolicy
 from configs import load_config
@@ -62,6 +62,30 @@ def test_free_logprobs_match_separate_forward(host: ModelHost) -> None:
             ref = host.sequence_logprobs([resp.prompt_ids], [resp.completion_ids],
                                          temperature=0.8)[0]
         assert torch.allclose(ref, torch.tensor(resp.logprobs), atol=1e-4)
+
+
+def test_responses_and_turns_carry_the_temperature_they_were_sampled_at(
+        host: ModelHost) -> None:
+    """A learner rescores a decision at the temperature its response records; greedy
+    decoding (T = 0) reports and rescores its log-probs at T = 1."""
+    assert greedy(0.0) and not greedy(0.5)
+    assert scale_temperature(0.0) == 1.0 and scale_temperature(0.7) == 0.7
+    reqs = [kuhn_request(seed=s) for s in range(2)]
+    free = HFPolicy(host, "blue", mode="free", max_new_tokens=6, temperature=0)
+    for resp in free.act(reqs):
+        assert resp.temperature == 0
+        with host.use("blue"), torch.no_grad():
+            ref = host.sequence_logprobs([resp.prompt_ids], [resp.completion_ids],
+                                         temperature=resp.temperature)[0]
+        assert torch.allclose(ref, torch.tensor(resp.logprobs), atol=1e-4)
+    hot = HFPolicy(host, "red", mode="choice", temperature=2.5, seed=0)
+    assert [r.temperature for r in hot.act(reqs)] == [2.5, 2.5]
+    bot = Agent("bot", "bot", ScriptedPolicy("kuhn_poker", "random", seed=0), mode="choice")
+    model = Agent("m", "player", hot, mode="choice")
+    (ep,) = RolloutEngine(lambda: games.make("kuhn_poker"),
+                          lambda i: {"player_0": model, "player_1": bot}).play(1)
+    assert {(t.name, t.temperature) for t in ep.turns} >= {("m", 2.5)}
+    assert all(t.temperature == (2.5 if t.name == "m" else 1.0) for t in ep.turns)
 
 
 def test_adapter_switching_changes_only_that_role(host: ModelHost) -> None:

@@ -14,10 +14,10 @@ from topologies.builders import (
     topology_kinds,
 )
 from topologies.graph import SPATIAL, TEMPORAL, Edge, Node, Topology, TopologyError
-from topologies.learnable import LearnableConfig, LearnableTopology, candidate_edges
+from topologies.learnable import LearnableTopology, candidate_edges
 
 __all__ = [
-    "SPATIAL", "TEMPORAL", "Edge", "LearnableConfig", "LearnableTopology", "Node", "TeamLayout",
+    "SPATIAL", "TEMPORAL", "Edge", "LearnableTopology", "Node", "TeamLayout",
     "Topology", "TopologyError", "build_topology", "candidate_edges",
     "register_topology", "topology_from_roles", "topology_kinds",
 ]

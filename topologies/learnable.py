@@ -9,11 +9,13 @@ optionally, every temporal edge.  Each candidate ``e`` has a logit ``theta_e``::
     R_b = score_b - lambda * cost_b                    (cost: messages or tokens of episode b)
     loss = -(1/B) sum_b (R_b - baseline_b) * log P(a_b)              (one Adam step per update)
 
-A trainer calls :meth:`LearnableTopology.sample` per episode, plays it, and passes
-``(topology or mask or log_prob, utility)`` pairs to :meth:`LearnableTopology.update`, in the
-same step as its GRPO update (joint training) or alone with frozen policies.  Every
-``prune_every`` updates the least likely candidates are dropped for good; :meth:`deploy` keeps
-the edges with ``p > threshold`` (or the top k) as a plain :class:`Topology`.
+A trainer draws one edge mask per episode with :meth:`LearnableTopology.sample_masks`, plays
+the graph :meth:`~LearnableTopology.topology_of` gives, and passes the masks and utilities to
+:meth:`LearnableTopology.update_batch`, in the same step as its GRPO update (joint training) or
+alone with frozen policies.  Every ``prune_every`` updates the least likely candidates are
+dropped for good; :meth:`deploy` keeps the edges with ``p > threshold`` (or the top k) as a
+plain :class:`Topology`.  The settings are the team file's ``topology.learning`` section
+(:class:`~configs.schema.TopologyLearningConfig`), saved with the logits.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,13 +30,11 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from configs.schema import TeamConfig, TopologyConfig, TopologyLearningConfig
+from configs.schema import TeamConfig, TopologyLearningConfig
 from topologies.builders import TeamLayout, resolve_agent
 from topologies.graph import SPATIAL, TEMPORAL, Edge, Topology, TopologyError
 
 FORMAT = "marl-teams/learnable-topology/v1"
-#: What an episode's cost may count: edges used (messages read), or every turn's tokens.
-COSTS = ("messages", "tokens")
 
 Baseline = Callable[[torch.Tensor], torch.Tensor]
 _BASELINES: dict[str, Baseline] = {}
@@ -67,42 +66,6 @@ def leave_one_out(r: torch.Tensor) -> torch.Tensor:
     return (r.sum() - r) / max(r.numel() - 1, 1)
 
 
-@dataclass
-class LearnableConfig:
-    """Hyper-parameters of a learnable topology (saved with its logits)."""
-
-    lr: float = 0.1               # Adam step size on the logits
-    tau: float = 1.0              # temperature: p_e = sigmoid(theta_e / tau)
-    cost_weight: float = 0.0      # lambda in R = score - lambda * cost (see utility())
-    cost: str = "messages"        # what cost counts per episode: messages | tokens
-    baseline: str = "loo"         # a registered baseline: none | mean | loo
-    init_logit: float = 0.0       # theta_e at start (0: p_e = 0.5)
-    temporal: bool = False        # also learn temporal candidates (needs rounds > 1)
-    prune_every: int = 0          # prune after every k-th update (0: never)
-    prune_fraction: float = 0.0   # ... the lowest-probability fraction of remaining candidates
-    prune_threshold: float = 0.0  # ... and every candidate with p_e below this
-
-    def __post_init__(self) -> None:
-        if self.baseline not in _BASELINES:
-            raise ValueError(f"unknown baseline {self.baseline!r}; known: "
-                             f"{', '.join(sorted(_BASELINES))}")
-        if self.cost not in COSTS:
-            raise ValueError(f"unknown cost {self.cost!r}; known: {', '.join(COSTS)}")
-        if self.tau <= 0:
-            raise ValueError(f"tau must be > 0, got {self.tau}")
-        if not 0.0 <= self.prune_fraction < 1.0:
-            raise ValueError(f"prune_fraction must be in [0, 1), got {self.prune_fraction}")
-
-
-def learnable_config(topology: TopologyConfig) -> LearnableConfig:
-    """The settings a team file's ``topology.learning`` section gives (defaults if absent);
-    temporal candidates by default when the team talks over several rounds."""
-    fields = (topology.learning or TopologyLearningConfig()).model_dump()
-    if fields["temporal"] is None:
-        fields["temporal"] = topology.rounds > 1
-    return LearnableConfig(**fields)
-
-
 def candidate_edges(agents: Sequence[str], temporal: bool = False) -> list[Edge]:
     """Spatial ``agents[i] -> agents[j]`` for i < j, then (``temporal``) all pairs incl. self."""
     n = len(agents)
@@ -112,16 +75,15 @@ def candidate_edges(agents: Sequence[str], temporal: bool = False) -> list[Edge]
     return edges
 
 
-#: What :meth:`LearnableTopology.update` accepts per episode, with its utility.
-SampleRef = Topology | torch.Tensor
-
-
 class LearnableTopology:
     """Edge logits over a fixed candidate set, with sampling, REINFORCE updates and pruning."""
 
     def __init__(self, agents: Sequence[str], *, rounds: int = 1, final: str | None = None,
-                 config: LearnableConfig | None = None) -> None:
-        self.config = config or LearnableConfig()
+                 config: TopologyLearningConfig | None = None) -> None:
+        config = config or TopologyLearningConfig()
+        if config.temporal is None:  # the schema's default: learn them when there are rounds
+            config = config.model_copy(update={"temporal": rounds > 1})
+        self.config = config
         if self.config.temporal and rounds < 2:
             raise TopologyError("temporal candidates need rounds >= 2 (a single round has no "
                                 "previous round to read)")
@@ -130,7 +92,6 @@ class LearnableTopology:
         self.final = final if final is not None else self.agents[-1]
         Topology(self.agents, rounds=rounds, final=self.final, strict=False)  # validate names
         self.candidates = candidate_edges(self.agents, self.config.temporal)
-        self._index = {e: i for i, e in enumerate(self.candidates)}
         self.theta = torch.nn.Parameter(
             torch.full((len(self.candidates),), float(self.config.init_logit)))
         self.active = torch.ones(len(self.candidates), dtype=torch.bool)
@@ -139,14 +100,14 @@ class LearnableTopology:
 
     @classmethod
     def from_team(cls, cfg: TeamConfig, *, final: str | None = None,
-                  config: LearnableConfig | None = None) -> LearnableTopology:
+                  config: TopologyLearningConfig | None = None) -> LearnableTopology:
         """Candidates over the team's instances in role order, the decision agent (``final``,
         default the last one) moved to the end; settings from ``topology.learning``."""
         team = TeamLayout.from_roles(cfg.roles)
         final = team.agents[-1] if final is None else resolve_agent(final, team, "final")
         agents = [a for a in team.agents if a != final] + [final]
-        config = config or learnable_config(cfg.topology)
-        return cls(agents, rounds=cfg.topology.rounds, final=final, config=config)
+        return cls(agents, rounds=cfg.topology.rounds, final=final,
+                   config=config or cfg.topology.learning)
 
     # ----- probabilities
     def _logp(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -180,19 +141,6 @@ class LearnableTopology:
         edges = [e for e, on in zip(self.candidates, mask.tolist(), strict=True) if on]
         return Topology(self.agents, edges, rounds=self.rounds, final=self.final, strict=False)
 
-    def mask_of(self, topology: Topology) -> torch.Tensor:
-        mask = torch.zeros(len(self.candidates), dtype=torch.bool)
-        for e in topology.edges:
-            if e not in self._index:
-                raise TopologyError(f"edge {e[0]!r} -> {e[1]!r} ({e[2]}) is not a candidate")
-            mask[self._index[e]] = True
-        return mask
-
-    def sample(self, generator: torch.Generator | None = None) -> tuple[Topology, torch.Tensor]:
-        """One graph for one episode and its log-probability (differentiable)."""
-        mask = self.sample_masks(1, generator)[0]
-        return self.topology_of(mask), self.log_prob(mask)
-
     def utility(self, score: float | torch.Tensor,
                 cost: float | torch.Tensor) -> float | torch.Tensor:
         """R = score - lambda * cost, with lambda = ``config.cost_weight``; cost is e.g. the
@@ -200,33 +148,13 @@ class LearnableTopology:
         return score - self.config.cost_weight * cost
 
     # ----- learning
-    def update(self, samples: Sequence[tuple[SampleRef, float]]) -> dict[str, Any]:
-        """One REINFORCE step from ``(topology | mask | log_prob, utility)`` per episode.
-
-        Topologies and masks are scored under the current logits; a log-prob tensor (from
-        :meth:`sample`) is used as is, so it must come from the same step.
-        """
-        if not samples:
-            raise ValueError("update needs at least one (sample, utility) pair")
-        logps = [self._log_prob_of(ref) for ref, _u in samples]
-        utilities = torch.tensor([float(u) for _x, u in samples])
-        return self._reinforce(torch.stack(logps), utilities)
-
-    def _log_prob_of(self, ref: SampleRef) -> torch.Tensor:
-        if isinstance(ref, Topology):
-            return self.log_prob(self.mask_of(ref))
-        return ref if ref.ndim == 0 else self.log_prob(ref)  # a log-prob, or a mask [E]
-
     def update_batch(self, masks: torch.Tensor, utilities: torch.Tensor,
                      groups: torch.Tensor | None = None) -> dict[str, Any]:
-        """Vectorised :meth:`update`: masks ``[B, E]``, utilities ``[B]``; with ``groups``
-        ``[B]`` the baseline is taken within each group (episodes of the same task), so task
-        difficulty cancels out and only the graph's effect remains."""
-        return self._reinforce(self.log_prob(masks), utilities.to(torch.float32), groups)
-
-    def _reinforce(self, logp: torch.Tensor, utilities: torch.Tensor,
-                   groups: torch.Tensor | None = None) -> dict[str, Any]:
-        """loss = -(1/B) sum_b (R_b - baseline_b) * log P(a_b); one optimizer step; pruning."""
+        """One REINFORCE step from the episodes' masks ``[B, E]`` and utilities ``[B]``:
+        loss = -(1/B) sum_b (R_b - baseline_b) * log P(a_b), then scheduled pruning.  With
+        ``groups`` ``[B]`` the baseline is taken within each group (episodes of the same
+        task), so task difficulty cancels out and only the graph's effect remains."""
+        logp, utilities = self.log_prob(masks), utilities.to(torch.float32)
         baseline = _BASELINES[self.config.baseline]
         if groups is None:
             advantage = utilities - baseline(utilities)
@@ -278,12 +206,9 @@ class LearnableTopology:
                                                 final=self.final, strict=True)
 
     # ----- persistence
-    def state_dict(self) -> dict[str, Any]:
-        """Logits, mask, optimizer and step count, for a trainer's checkpoint."""
-        return {"theta": self.theta.detach().clone(), "active": self.active.clone(),
-                "optimizer": self.optimizer.state_dict(), "steps": self.steps}
-
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``theta``, ``active``, ``optimizer`` (Adam's state) and ``steps``,
+        as a trainer's checkpoint holds them."""
         with torch.no_grad():
             self.theta.copy_(state["theta"])
         self.active = state["active"].clone()
@@ -294,7 +219,7 @@ class LearnableTopology:
         """Logits and the pruning mask as safetensors; candidates and config in the metadata."""
         meta = {"format": FORMAT, "agents": json.dumps(self.agents), "rounds": str(self.rounds),
                 "final": self.final, "candidates": json.dumps(self.candidates),
-                "config": json.dumps(asdict(self.config)), "steps": str(self.steps)}
+                "config": json.dumps(self.config.model_dump()), "steps": str(self.steps)}
         save_file({"logits": self.theta.detach().contiguous(), "active": self.active},
                   str(path), metadata=meta)
 
@@ -307,7 +232,7 @@ class LearnableTopology:
                                  f"{meta.get('format')!r}, expected {FORMAT!r})")
             tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (not a dict)
         topo = cls(json.loads(meta["agents"]), rounds=int(meta["rounds"]), final=meta["final"],
-                   config=LearnableConfig(**json.loads(meta["config"])))
+                   config=TopologyLearningConfig.model_validate(json.loads(meta["config"])))
         stored = [tuple(e) for e in json.loads(meta["candidates"])]
         if stored != topo.candidates:
             raise ValueError(f"{path}: candidate edges differ from those of its agents/config")

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from agents.policy import greedy
+
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -57,10 +59,10 @@ def generate(
         "pad_token_id": pad_id,
         "eos_token_id": tokenizer.eos_token_id,
     }
-    if temperature > 0:
-        kwargs.update(do_sample=True, temperature=float(temperature), top_k=0, top_p=1.0)
-    else:
+    if greedy(temperature):
         kwargs.update(do_sample=False, temperature=None, top_k=None, top_p=None)
+    else:
+        kwargs.update(do_sample=True, temperature=float(temperature), top_k=0, top_p=1.0)
     devices = [model.device.index or 0] if model.device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices), torch.inference_mode():
         if seed is not None:
