@@ -1,4 +1,5 @@
-"""Checkpoints that survive crashes: written to a temp folder, then renamed into place.
+"""Checkpoints that survive crashes: written to a temp folder, then renamed into place
+(:func:`infra.atomic.atomic_write`); where they live is :mod:`infra.layout`'s.
 
 Layout of ``RUN/checkpoints/step_000010/``::
 
@@ -20,10 +21,7 @@ Nothing here pickles: tensors go to safetensors, everything else to JSON/YAML.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,7 +31,18 @@ from peft import LoraConfig
 from safetensors.torch import load_file, save_file
 
 from configs import TeamConfig
+from infra.atomic import atomic_write
+from infra.layout import (
+    ADAPTERS,
+    LATEST,
+    STATE_FILE,
+    TEAM_FILE,
+    adapter_folder,
+    checkpoint_dir,
+    point,
+)
 from marl.league import Weights
+from orchestrator.participants import ParticipantId
 
 
 def _save_tensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
@@ -89,84 +98,56 @@ class Checkpoint:
     path: Path
     weights: Weights
     optimizer_states: dict[str, dict]
-    snapshots: dict[str, Weights]
+    snapshots: dict[ParticipantId, Weights]
     state: dict
 
 
+def _snapshot_file(folder: Path, sid: str) -> Path:
+    return folder / "league" / f"{sid.replace(':', '_')}.safetensors"
+
+
 def save_checkpoint(run: Path, step: int, cfg: TeamConfig, weights: Weights,
-                    optimizer_states: dict[str, dict], snapshots: dict[str, Weights],
+                    optimizer_states: dict[str, dict],
+                    snapshots: Mapping[ParticipantId, Weights],
                     state: dict, extra: Callable[[Path], None] | None = None) -> Path:
-    """Write the checkpoint of ``step``; ``extra(folder)`` adds files (e.g. a learned
-    topology) before the folder is renamed into place, so they are as atomic as the rest."""
+    """Write the checkpoint of ``step`` and point ``RUN/latest`` at it; ``extra(folder)`` adds
+    files (e.g. a learned topology) before the folder is renamed into place, so they are as
+    atomic as the rest."""
     final = checkpoint_dir(run, step)
-    root = final.parent
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".step_{step:06d}.", dir=root))
-    try:
+    with atomic_write(final) as tmp:
         for role, sd in weights.items():
-            save_adapter_folder(sd, cfg.role(role), tmp / "adapters" / role)
+            save_adapter_folder(sd, cfg.role(role), adapter_folder(tmp, role))
         (tmp / "optimizer").mkdir()
         for i, (key, opt) in enumerate(optimizer_states.items()):
             save_optimizer_state(opt, tmp / "optimizer" / str(i), model=key)
         (tmp / "league").mkdir()
         for sid, w in snapshots.items():
             flat = {f"{role}::{k}": v for role, sd in w.items() for k, v in sd.items()}
-            _save_tensors(flat, tmp / "league" / f"{sid.replace(':', '_')}.safetensors")
-        (tmp / "state.json").write_text(json.dumps({"step": step, **state}, indent=1))
-        (tmp / "team.yaml").write_text(yaml.safe_dump(cfg.model_dump(by_alias=True,
-                                                                     mode="json"),
-                                                      sort_keys=False))
+            _save_tensors(flat, _snapshot_file(tmp, str(sid)))
+        (tmp / STATE_FILE).write_text(json.dumps({"step": step, **state}, indent=1))
+        (tmp / TEAM_FILE).write_text(yaml.safe_dump(cfg.model_dump(by_alias=True, mode="json"),
+                                                    sort_keys=False))
         if extra is not None:
             extra(tmp)
-        for f in tmp.rglob("*"):
-            if f.is_file():
-                with f.open("rb") as fh:
-                    os.fsync(fh.fileno())
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    point(run, "latest", final)
+    point(run, LATEST, final)
     return final
 
 
-def checkpoint_dir(run: Path, step: int) -> Path:
-    return run / "checkpoints" / f"step_{step:06d}"
-
-
-def point(run: Path, name: str, checkpoint: Path) -> None:
-    """Make ``RUN/<name>`` name ``checkpoint``, atomically."""
-    pointer = run / f".{name}.tmp"
-    pointer.write_text(checkpoint.name)
-    os.replace(pointer, run / name)
-
-
-def latest_checkpoint(run: Path, name: str = "latest") -> Path | None:
-    """The checkpoint that ``RUN/<name>`` (latest or best) names, if it is complete."""
-    pointer = run / name
-    if not pointer.is_file():
-        return None
-    path = run / "checkpoints" / pointer.read_text().strip()
-    return path if (path / "state.json").is_file() else None
-
-
 def load_checkpoint(path: Path) -> Checkpoint:
-    state = json.loads((path / "state.json").read_text())
-    adapters = path / "adapters"  # absent when no role has an adapter (topology-only runs)
+    state = json.loads((path / STATE_FILE).read_text())
+    adapters = path / ADAPTERS  # absent when no role has an adapter (topology-only runs)
     weights = {d.name: load_file(str(d / "adapter_model.safetensors"))
                for d in sorted(adapters.iterdir())} if adapters.is_dir() else {}
     optimizer_states = {}
     for meta_file in sorted((path / "optimizer").glob("*.json")):
         opt, meta = load_optimizer_state(meta_file.with_suffix(""))
         optimizer_states[meta["model"]] = opt
-    snapshots: dict[str, Weights] = {}
+    snapshots: dict[ParticipantId, Weights] = {}
     for sid in state.get("league", {}).get("snapshots", []):
-        flat = load_file(str(path / "league" / f"{sid.replace(':', '_')}.safetensors"))
+        flat = load_file(str(_snapshot_file(path, sid)))
         w: Weights = {}
         for k, v in flat.items():
             role, name = k.split("::", 1)
             w.setdefault(role, {})[name] = v
-        snapshots[sid] = w
+        snapshots[ParticipantId.parse(sid)] = w
     return Checkpoint(state["step"], path, weights, optimizer_states, snapshots, state)

@@ -27,6 +27,7 @@ from urllib.parse import urlparse
 import numpy as np
 
 from configs import TeamConfig
+from infra.layout import METRICS
 
 
 class MetricsLogger(Protocol):
@@ -50,7 +51,7 @@ class JsonlLogger:
         """``last``: the metrics saved with the checkpoint at ``start_step``, written if the
         run died after the checkpoint but before its line.  A start at step 0 keeps nothing:
         even a step-0 line (the untrained policy's evaluation) is logged again."""
-        self.path = run_dir / "metrics.jsonl"
+        self.path = run_dir / METRICS
         text = self.path.read_text() if self.path.exists() and start_step > 0 else ""
         keep = [ln for ln in text.splitlines()
                 if ln.strip() and json.loads(ln)["step"] <= start_step]

@@ -8,12 +8,14 @@ from pathlib import Path
 
 import matplotlib
 
+from infra.layout import METRICS
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 
 
 def read_metrics(run: Path) -> list[dict]:
-    lines = (run / "metrics.jsonl").read_text().splitlines()
+    lines = (run / METRICS).read_text().splitlines()
     return [json.loads(ln) for ln in lines if ln.strip()]
 
 

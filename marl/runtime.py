@@ -1,32 +1,68 @@
 """Where rollouts and updates run: in this process, or on Ray actors.
 
-Both runtimes offer the same five calls to the trainer: ``play`` (episode specs -> episodes),
-``update`` (train items per model -> stats), ``publish`` (new adapter weights and the league
-pool -> every worker), ``weights`` and ``optimizer_states``/``load``.
+Both runtimes are a :class:`Runtime`, the calls the trainer makes: ``play`` (episode specs ->
+episodes), ``update`` (train items per model -> stats), ``publish`` (new adapter weights and
+the league pool -> every worker), ``weights``, ``optimizer_states``/``load``,
+``exploitability`` and ``shutdown``.
 
 - :class:`LocalRuntime` builds the team once; the worker and the learners share its model, so
   nothing is copied.
 - :class:`RayRuntime` runs ``rollout_workers`` worker actors and one learner actor per trainable
   base model, with the CPUs/GPUs the config asks for.  Weights travel through the object store
-  (``ray.put`` once, every worker reads the same object).  A worker that dies mid-rollout is
-  replaced by a new actor, given the current weights, and its share of the episodes is replayed;
-  because seeds come from the specs, the step's result is the same.
+  (``ray.put`` once, every worker reads the same object).  The workers are an
+  :class:`~infra.actors.ActorPool`: a worker that dies mid-rollout is replaced by a new actor,
+  given the current weights, and its share of the episodes is replayed; because seeds come
+  from the specs, the step's result is the same.  A pool that keeps losing workers stops
+  with :class:`~infra.actors.ActorPoolError`.
 """
 
 from __future__ import annotations
 
 import os
 from collections import defaultdict
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
 from agents.builder import Roster, build_roster, host_key
 from agents.rollout import Episode
 from configs import TeamConfig
+from infra.actors import ActorPool, start_ray
 from marl.league import Weights
 from marl.learner import Learner, TrainItem, UpdateStats
 from marl.optim import make_optimizer
 from marl.workers import EpisodeSpec, RolloutWorker
+from orchestrator.participants import ParticipantId
+
+
+@runtime_checkable
+class Runtime(Protocol):
+    """Where a run's rollouts and updates happen; the trainer sees nothing else of it."""
+
+    def play(self, specs: list[EpisodeSpec], step: int, seed: int) -> list[Episode]:
+        """The episodes of ``specs`` (any order); seeds come from the specs and ``seed``."""
+        ...
+
+    def update(self, items: dict[str, list[TrainItem]], seed: int,
+               lr: float | None = None) -> dict[str, UpdateStats]:
+        """One update per base model key of ``items``."""
+        ...
+
+    def publish(self, weights: Weights, snapshots: dict[ParticipantId, Weights]) -> None:
+        """The trained adapters and the league pool, to everything that plays."""
+        ...
+
+    def weights(self) -> Weights: ...
+
+    def optimizer_states(self) -> dict[str, dict]: ...
+
+    def load(self, weights: Weights, optimizer_states: dict[str, dict]) -> None: ...
+
+    def exploitability(self) -> float:
+        """Exact exploitability of the trained role's current policy."""
+        ...
+
+    def shutdown(self) -> None: ...
 
 
 def trainable_hosts(cfg: TeamConfig) -> dict[str, list[str]]:
@@ -87,7 +123,7 @@ class LocalRuntime:
                lr: float | None = None) -> dict[str, UpdateStats]:
         return {k: self.learners[k].update(v, seed, lr) for k, v in items.items()}
 
-    def publish(self, weights: Weights, snapshots: dict[str, Weights]) -> None:
+    def publish(self, weights: Weights, snapshots: dict[ParticipantId, Weights]) -> None:
         if not self.shared:  # otherwise the worker's model is the learners'
             self.worker.set_weights(weights)
         self.worker.sync_snapshots(snapshots)
@@ -154,50 +190,47 @@ class RayRuntime:
 
         self.ray = ray
         rc = cfg.train.ray
-        if not ray.is_initialized():
-            ray.init(address=address or rc.address, include_dashboard=False,
-                     log_to_driver=False, ignore_reinit_error=True)
+        start_ray(address or rc.address)
         self.data = cfg.model_dump(by_alias=True)
         self._worker_cls = ray.remote(num_cpus=rc.cpus_per_worker,
                                       num_gpus=rc.gpus_per_worker)(_WorkerActor)
         learner_cls = ray.remote(num_cpus=rc.cpus_per_learner,
                                  num_gpus=rc.gpus_per_learner)(_LearnerActor)
         self.learners = {k: learner_cls.remote(self.data, k) for k in trainable_hosts(cfg)}
-        self.workers = [self._worker_cls.remote(self.data) for _ in range(rc.rollout_workers)]
         self._weights_ref = None
-        self._snapshots_ref = ray.put({})
-        self.replaced = 0
+        self._snapshots_ref = None
+        self.pool = ActorPool(self._spawn_worker, rc.rollout_workers)
 
-    def _fresh_worker(self):
+    def _spawn_worker(self) -> Any:
+        """A worker with the published weights and league pool (an actor runs one caller's
+        calls in order, so they are in place before its first rollout)."""
         w = self._worker_cls.remote(self.data)
         if self._weights_ref is not None:
-            self.ray.get(w.set_weights.remote(self._weights_ref))
-        self.ray.get(w.sync_snapshots.remote(self._snapshots_ref))
+            w.set_weights.remote(self._weights_ref)
+        if self._snapshots_ref is not None:
+            w.sync_snapshots.remote(self._snapshots_ref)
         return w
+
+    @property
+    def workers(self) -> list[Any]:
+        return self.pool.actors
+
+    @property
+    def replaced(self) -> int:
+        """Workers replaced after dying, over the runtime's life."""
+        return self.pool.replaced
 
     def play(self, specs: list[EpisodeSpec], step: int, seed: int) -> list[Episode]:
         n = len(self.workers)
         chunks = [specs[i * len(specs) // n:(i + 1) * len(specs) // n] for i in range(n)]
-        pending = {i: self.workers[i].play.remote(c, step, seed) for i, c in enumerate(chunks)}
-        out: list[Episode] = []
-        for i in range(n):
-            while True:
-                try:
-                    out += self.ray.get(pending[i])
-                    break
-                except (self.ray.exceptions.RayActorError,
-                        self.ray.exceptions.WorkerCrashedError):
-                    self.replaced += 1
-                    self.workers[i] = self._fresh_worker()
-                    pending[i] = self.workers[i].play.remote(chunks[i], step, seed)
-        return out
+        return [ep for eps in self.pool.map("play", chunks, step, seed) for ep in eps]
 
     def update(self, items: dict[str, list[TrainItem]], seed: int,
                lr: float | None = None) -> dict[str, UpdateStats]:
         refs = {k: self.learners[k].update.remote(v, seed, lr) for k, v in items.items()}
         return {k: self.ray.get(r) for k, r in refs.items()}
 
-    def publish(self, weights: Weights, snapshots: dict[str, Weights]) -> None:
+    def publish(self, weights: Weights, snapshots: dict[ParticipantId, Weights]) -> None:
         self._weights_ref = self.ray.put(weights)
         self._snapshots_ref = self.ray.put(snapshots)
         self.ray.get([w.set_weights.remote(self._weights_ref) for w in self.workers]
@@ -222,5 +255,6 @@ class RayRuntime:
                       for k, lp in self.learners.items()])
 
     def shutdown(self) -> None:
-        for a in [*self.workers, *self.learners.values()]:
-            self.ray.kill(a)
+        self.pool.shutdown()
+        for lp in self.learners.values():
+            self.ray.kill(lp)

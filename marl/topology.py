@@ -26,9 +26,10 @@ import torch
 
 from agents.rollout import Episode
 from configs import TeamConfig
+from infra.layout import TOPOLOGY_FILE
+from infra.seeds import derive_seed
 from marl.checkpoint import load_optimizer_state, save_optimizer_state
-from marl.workers import EpisodeSpec, TeamEpisode, derive_seed
-from orchestrator.team import TOPOLOGY_FILE
+from marl.workers import EpisodeSpec, TeamEpisode
 from topologies import TEMPORAL, Edge, LearnableTopology
 
 OPTIMIZER_STEM = "topology_optimizer"

@@ -37,21 +37,21 @@ from agents.rollout import Episode, Turn
 from configs import TeamConfig
 from games.bots import bot_names
 from games.tasks import make_task, task_names
+from infra.actors import ActorPoolError
+from infra.layout import BEST, checkpoint_dir, latest_checkpoint, point
+from infra.seeds import derive_seed
 from marl.advantages import Advantages, RoleBaseline, Samples, make_estimator, remove_common_mode
-from marl.checkpoint import (
-    checkpoint_dir,
-    latest_checkpoint,
-    load_checkpoint,
-    point,
-    save_checkpoint,
-)
+from marl.checkpoint import load_checkpoint, save_checkpoint
 from marl.league import League
 from marl.learner import TrainItem
 from marl.loggers import open_loggers, unavailable
-from marl.runtime import LocalRuntime, RayRuntime, trainable_hosts
+from marl.runtime import LocalRuntime, RayRuntime, Runtime, trainable_hosts
 from marl.topology import graph_strategy
-from marl.workers import EpisodeSpec, derive_seed, rollout_kind
+from marl.workers import EpisodeSpec, rollout_kind
+from orchestrator.participants import ParticipantId
 from orchestrator.team import TEXT_BACKENDS, TeamError, assign_views
+
+TRAINEE = ParticipantId.team(0)  # the agent that meets league opponents
 
 
 class TrainingError(RuntimeError):
@@ -132,7 +132,7 @@ def check_compatible(cfg: TeamConfig) -> None:
 
 class Trainer:
     def __init__(self, cfg: TeamConfig, run: Path, resume: bool = False,
-                 runtime: LocalRuntime | RayRuntime | None = None) -> None:
+                 runtime: Runtime | None = None) -> None:
         check_compatible(cfg)
         self.cfg, self.tc = cfg, cfg.train
         assert self.tc is not None
@@ -151,7 +151,8 @@ class Trainer:
         self.step = 0
         self.bad_steps = 0
         self.best: dict | None = None  # {"step", "exploitability"} of the best checkpoint
-        self.runtime = runtime or (RayRuntime(cfg) if self.tc.ray.enabled else LocalRuntime(cfg))
+        self.runtime: Runtime = runtime or (RayRuntime(cfg) if self.tc.ray.enabled
+                                            else LocalRuntime(cfg))
         self.ckpt_metrics: dict | None = None  # the restored checkpoint's metrics line
         ckpt = latest_checkpoint(run) if resume else None
         if ckpt is not None:
@@ -165,11 +166,11 @@ class Trainer:
         for g in range(tc.groups_per_step):
             opponent = self.league.sample(rng)
             seed = derive_seed(tc.seed, step, g)
-            if opponent == "latest":
-                seating = tuple((s, f"team:{i}") for i, s in enumerate(self.seats))
+            if opponent is None:
+                seating = tuple((s, ParticipantId.team(i)) for i, s in enumerate(self.seats))
             else:  # the trained agent takes seat g % 2, the opponent the other
                 mine = g % len(self.seats)
-                seating = tuple((s, "team:0" if i == mine else opponent)
+                seating = tuple((s, TRAINEE if i == mine else opponent)
                                 for i, s in enumerate(self.seats))
             for _ in range(tc.group_size):
                 specs.append(EpisodeSpec(len(specs), seed, g, seating, opponent))
@@ -219,7 +220,10 @@ class Trainer:
         step = self.step + 1
         t0 = time.perf_counter()
         specs = self.graph.assign(self.plan(step), step)
-        episodes = self.runtime.play(specs, step, self.tc.seed)
+        try:
+            episodes = self.runtime.play(specs, step, self.tc.seed)
+        except ActorPoolError as exc:
+            raise TrainingError(f"step {step}: rollout {exc}") from None
         t1 = time.perf_counter()
         rows, samples = self.samples(episodes, specs)
         adv = self.estimator(samples)
@@ -254,10 +258,10 @@ class Trainer:
         by_index = {s.index: s for s in specs}
         for ep in episodes:
             spec = by_index[ep.index]
-            if spec.opponent == "latest":
+            if spec.opponent is None:
                 continue
-            mine = next(s for s, p in spec.seating if p == "team:0")
-            theirs = next(s for s, p in spec.seating if p != "team:0")
+            mine = next(s for s, p in spec.seating if p == TRAINEE)
+            theirs = next(s for s, p in spec.seating if p != TRAINEE)
             self.league.record(spec.opponent, ep.returns[mine] < ep.returns[theirs])
 
     def _metrics(self, step: int, episodes: list[Episode], samples: Samples, adv: Advantages,
@@ -336,7 +340,7 @@ class Trainer:
     def _keep_best(self, path: Path, previous: dict) -> None:
         """Point ``RUN/best`` at ``path``; drop the superseded best checkpoint if it was
         written only for being the best (off the ``checkpoint_every`` schedule)."""
-        point(self.run_dir, "best", path)
+        point(self.run_dir, BEST, path)
         step = previous.get("step")
         if step is not None and step % self.tc.checkpoint_every != 0:
             shutil.rmtree(checkpoint_dir(self.run_dir, step), ignore_errors=True)

@@ -13,7 +13,6 @@ on which worker played what or on a resume in between.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -26,9 +25,10 @@ from agents.policy import Response
 from agents.rollout import Episode, RolloutEngine, Turn
 from configs import TeamConfig
 from games.tasks import make_task
+from infra.seeds import derive_seed, reseed
 from marl.league import Weights
 from orchestrator.evaluation import agent_probs, exploitability_report
-from orchestrator.participants import ParticipantLoader
+from orchestrator.participants import ParticipantId, ParticipantLoader
 from orchestrator.team import Team, TeamResult
 from topologies import Topology
 
@@ -37,15 +37,15 @@ from topologies import Topology
 class EpisodeSpec:
     """One game to play: its seed, its GRPO group, and who sits where.
 
-    ``seating`` maps each seat to ``team:<i>`` (the i-th agent of the team), ``bot:<name>``,
-    ``ckpt:<folder>`` or ``snap:<id>`` (a league snapshot of the trained role).
+    ``seating`` maps each seat to its participant; ``opponent`` is the league opponent the
+    trained agent meets (None: self-play, every seat taken by the team).
     """
 
     index: int
     seed: int
     group: int
-    seating: tuple[tuple[str, str], ...]
-    opponent: str = "latest"
+    seating: tuple[tuple[str, ParticipantId], ...]
+    opponent: ParticipantId | None = None
     edge_mask: tuple[bool, ...] | None = None  # team tasks: the sampled graph (candidate mask)
 
 
@@ -65,12 +65,6 @@ def rollout_kind(cfg: TeamConfig) -> str:
     if kind == "auto":
         return "team" if cfg.topology.learnable else "game"
     return kind
-
-
-def derive_seed(*parts: object) -> int:
-    """A stable 31-bit seed from any parts (Python's hash() is salted per process)."""
-    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") % (2**31 - 1)
 
 
 class TeamPlayer:
@@ -120,7 +114,7 @@ class RolloutWorker:
         self.trainee = next((r for r in self.cfg.roles if r.adapter is not None), None)
         self.host = (self.roster.hosts[host_key(self.cfg, self.trainee)]
                      if self.trainee is not None else None)
-        self.extra: dict[str, Agent] = {}
+        self.extra: dict[ParticipantId, Agent] = {}
         self._play: Callable[[list[EpisodeSpec]], list[Episode]] = (
             TeamPlayer(self.cfg, self.roster).play if rollout_kind(self.cfg) == "team"
             else self._play_games)
@@ -130,9 +124,9 @@ class RolloutWorker:
         for adapter, sd in weights.items():
             self.host.set_adapter_weights(adapter, sd)
 
-    def sync_snapshots(self, snapshots: dict[str, Weights]) -> None:
+    def sync_snapshots(self, snapshots: dict[ParticipantId, Weights]) -> None:
         """Load new league snapshots as extra adapters; drop evicted ones."""
-        for sid in [s for s in self.extra if s.startswith("snap:") and s not in snapshots]:
+        for sid in [s for s in self.extra if s.kind == "snap" and s not in snapshots]:
             self.host.delete_adapter(f"{sid}@{self.trainee.name}")
             del self.extra[sid]
         for sid, weights in snapshots.items():
@@ -143,34 +137,29 @@ class RolloutWorker:
             self.host.add_adapter(adapter, r=a.r, alpha=a.alpha, dropout=a.dropout,
                                   targets=a.targets)
             self.host.set_adapter_weights(adapter, weights[self.trainee.name])
-            self.extra[sid] = Agent(sid, self.trainee.name,
+            self.extra[sid] = Agent(str(sid), self.trainee.name,
                                     hf_role_policy(self.host, adapter, self.trainee, 0),
                                     self.roster.agents[0].system_prompt,
                                     self.trainee.decoding.mode)
 
     # ----- playing
-    def _participant(self, pid: str) -> Agent:
-        kind, _, arg = pid.partition(":")
-        if kind == "team":
-            return self.roster.agents[int(arg)]
+    def _participant(self, pid: ParticipantId) -> Agent:
+        if pid.kind == "team":
+            return self.roster.agents[pid.index]
         if pid not in self.extra:
-            if kind not in ("bot", "ckpt"):
-                raise KeyError(f"unknown participant {pid!r} (snapshots must be synced first)")
+            if pid.kind == "snap":
+                raise KeyError(f"unknown participant {str(pid)!r} (snapshots must be synced "
+                               "first)")
             loader = ParticipantLoader(self.cfg.game.name, hosts=self.roster.hosts)
-            self.extra[pid] = loader.load(arg, name=pid)
+            self.extra[pid] = loader.load(pid.arg, name=str(pid))
         return self.extra[pid]
-
-    def _reseed(self, seed: int) -> None:
-        for k, agent in enumerate([*self.roster.agents, *self.extra.values()]):
-            reseed = getattr(agent.policy, "reseed", None)
-            if reseed is not None:
-                reseed(derive_seed(seed, k))
 
     def play(self, specs: list[EpisodeSpec], step: int, run_seed: int) -> list[Episode]:
         """Play ``specs``; each batch of specs is re-seeded from its first episode index."""
         if not specs:
             return []
-        self._reseed(derive_seed(run_seed, step, specs[0].index))
+        reseed([a.policy for a in [*self.roster.agents, *self.extra.values()]],
+               derive_seed(run_seed, step, specs[0].index))
         episodes = self._play(specs)
         for ep, spec in zip(episodes, specs, strict=True):
             ep.index = spec.index

@@ -11,43 +11,31 @@
 
 Base weights are not copied: roles name their model (a registry name such as
 ``smollm2-135m-instruct``, converted once into ``$MARL_HOME``; a Hugging Face id; a path), the
-same reference training used.  The folder is written next to OUT and renamed into place, so a
-failed export never leaves half a team behind.
+same reference training used.  The folder is written next to OUT and renamed into place
+(:func:`infra.atomic.atomic_write`), so a failed export never leaves half a team behind.
 """
 
 from __future__ import annotations
 
 import datetime
 import json
-import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from configs import TeamConfig, TopologyConfig, load_config
+from infra.atomic import atomic_write
+from infra.layout import METRICS, STATE_FILE, TEAM_FILE, TOPOLOGY_FILE, adapter_folder, resolve
 from topologies import LearnableTopology, Topology, build_topology
 from topologies.render import to_mermaid
 
 EXPORT_FORMAT = "marl-teams/team-export/v1"
-TOPOLOGY_FILE = "topology.safetensors"
 
 
 class ExportError(ValueError):
     """A folder that cannot be exported; the message says why."""
-
-
-def resolve_source(source: str | Path) -> tuple[Path, Path | None]:
-    """(checkpoint folder, run folder or None) for a run, a checkpoint or an exported team."""
-    path = Path(source)
-    latest = path / "latest"
-    if latest.is_file():
-        return path / "checkpoints" / latest.read_text().strip(), path
-    if path.parent.name == "checkpoints" and (path.parent.parent / "metrics.jsonl").is_file():
-        return path, path.parent.parent
-    return path, None
 
 
 def deployed_topology_config(cfg: TeamConfig, topology: Topology) -> TopologyConfig:
@@ -63,10 +51,10 @@ def deployed_topology_config(cfg: TeamConfig, topology: Topology) -> TopologyCon
 
 def read_metrics(run: Path | None, step: int | None = None) -> list[dict[str, Any]]:
     """The run's metrics lines up to ``step`` (unreadable lines skipped)."""
-    if run is None or not (run / "metrics.jsonl").is_file():
+    if run is None or not (run / METRICS).is_file():
         return []
     out = []
-    for line in (run / "metrics.jsonl").read_text().splitlines():
+    for line in (run / METRICS).read_text().splitlines():
         try:
             row = json.loads(line)
         except json.JSONDecodeError:
@@ -95,14 +83,15 @@ def training_summary(metrics: list[dict[str, Any]]) -> dict[str, Any]:
 
 def export_run(source: str | Path, out: str | Path, *, overwrite: bool = False,
                threshold: float = 0.5) -> Path:
-    """Write the team of a run (its latest checkpoint) or a checkpoint to ``out``.
+    """Write the team of a run (its latest checkpoint, or the one its ``best``/``latest``
+    pointer names) or a checkpoint to ``out``.
 
     A learnable topology saved with the checkpoint (``topology.safetensors``) is deployed
     (edges with p > ``threshold``) and written into team.yaml as explicit edges; otherwise the
     configured topology is kept.  Returns ``out``.
     """
-    folder, run = resolve_source(source)
-    team_file = folder / "team.yaml"
+    folder, run = resolve(source)
+    team_file = folder / TEAM_FILE
     if not team_file.is_file():
         raise ExportError(f"{source}: no team.yaml in {folder} (expected a run folder with "
                           "`latest`, or a checkpoint folder)")
@@ -110,7 +99,7 @@ def export_run(source: str | Path, out: str | Path, *, overwrite: bool = False,
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise ExportError(f"{out} exists and is not empty (pass overwrite / --force)")
     cfg = load_config(team_file)
-    state = _json(folder / "state.json")
+    state = _json(folder / STATE_FILE)
     step = state.get("step")
     learned_file = folder / TOPOLOGY_FILE
     learned = LearnableTopology.load(learned_file) if learned_file.is_file() else None
@@ -120,20 +109,17 @@ def export_run(source: str | Path, out: str | Path, *, overwrite: bool = False,
         resolved = cfg.model_copy(update={"topology": deployed_topology_config(cfg, deployed)})
     topology = build_topology(resolved)
     missing = [r.name for r in cfg.roles
-               if r.adapter is not None and not (folder / "adapters" / r.name /
-                                                 "adapter_config.json").is_file()]
+               if r.adapter is not None
+               and not (adapter_folder(folder, r.name) / "adapter_config.json").is_file()]
     if missing:
         raise ExportError(f"{folder} has no trained adapter for roles {', '.join(missing)} "
                           "(adapters/<role>/adapter_config.json)")
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        (tmp / "team.yaml").write_text(_team_yaml(resolved, source=folder, step=step))
+    with atomic_write(out) as tmp:
+        (tmp / TEAM_FILE).write_text(_team_yaml(resolved, source=folder, step=step))
         for role in cfg.roles:
             if role.adapter is not None:
-                src = folder / "adapters" / role.name
-                dst = tmp / "adapters" / role.name
+                src, dst = adapter_folder(folder, role.name), adapter_folder(tmp, role.name)
                 dst.mkdir(parents=True)
                 for name in ("adapter_config.json", "adapter_model.safetensors"):
                     shutil.copy2(src / name, dst / name)
@@ -152,13 +138,7 @@ def export_run(source: str | Path, out: str | Path, *, overwrite: bool = False,
         (tmp / "export.json").write_text(json.dumps(manifest, indent=1) + "\n")
         (tmp / "README.md").write_text(model_card(resolved, topology, manifest, learned,
                                                   threshold))
-        load_config(tmp / "team.yaml")  # what we wrote must load
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        load_config(tmp / TEAM_FILE)  # what we wrote must load
     return out
 
 

@@ -12,12 +12,17 @@ A participant is named by one string:
 
 Model participants on the same base model share one :class:`~agents.hf.ModelHost` (one copy of
 the weights, one adapter each), so a tournament of ten checkpoints costs one model in memory.
+
+Inside a training run a seat's occupant is a :class:`ParticipantId` (``team:<i>``,
+``bot:<name>``, ``ckpt:<folder>``, ``snap:<id>``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, get_args
 
 from agents import Agent
 from agents.builder import adapter_dir, build_roster, hf_role_policy, system_prompt_for
@@ -27,17 +32,52 @@ from agents.scripted import ScriptedPolicy
 from configs import SCHEMA_ID, TeamConfig, load_config
 from configs.tournament import HttpSource
 from games.bots import bot_names
+from infra.layout import TEAM_FILE, checkpoint_folder
 
-POINTERS = ("latest", "best")
+Kind = Literal["team", "bot", "ckpt", "snap"]
 
 
-def checkpoint_folder(path: Path) -> Path:
-    """A run folder resolves to its latest checkpoint, a run's ``latest``/``best`` pointer
-    file to the checkpoint it names; other folders are used as they are."""
-    pointer = path / "latest" if path.is_dir() else path
-    if pointer.name in POINTERS and pointer.is_file() and (pointer.parent / "checkpoints").is_dir():
-        return pointer.parent / "checkpoints" / pointer.read_text().strip()
-    return path
+@dataclass(frozen=True)
+class ParticipantId:
+    """Who sits in a training game's seat, written ``<kind>:<arg>``: ``team:<i>`` (the i-th
+    agent of the team), ``bot:<name>``, ``ckpt:<folder>`` (a run, checkpoint or exported
+    team) or ``snap:<step>`` (a league snapshot of the trained role).  The written form is
+    what checkpoints store and what the agent in the seat is named."""
+
+    kind: Kind
+    arg: str
+
+    def __post_init__(self) -> None:
+        if self.kind not in get_args(Kind):
+            raise ValueError(f"participant kind {self.kind!r} is none of "
+                             f"{', '.join(get_args(Kind))}")
+
+    @classmethod
+    def parse(cls, text: str) -> ParticipantId:
+        kind, sep, arg = text.partition(":")
+        if not sep:
+            raise ValueError(f"participant id {text!r} is not <kind>:<arg>")
+        return cls(kind, arg)  # type: ignore[arg-type]  # checked in __post_init__
+
+    @classmethod
+    def team(cls, index: int) -> ParticipantId:
+        return cls("team", str(index))
+
+    @property
+    def index(self) -> int:
+        """The agent index of a ``team:<i>`` id."""
+        assert self.kind == "team", self
+        return int(self.arg)
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.arg}"
+
+
+def bot_name(source: str, game: str) -> str | None:
+    """The bot a participant source names (``<name>`` or ``bot:<name>``), if it is one of
+    ``game``'s bots."""
+    name = source.removeprefix("bot:")
+    return name if name in bot_names(game) else None
 
 
 class ParticipantLoader:
@@ -54,8 +94,8 @@ class ParticipantLoader:
         return self.hosts[model]
 
     def load(self, spec: str, name: str | None = None) -> Agent:
-        bot = spec.removeprefix("bot:")
-        if bot in bot_names(self.game):
+        bot = bot_name(spec, self.game)
+        if bot is not None:
             return Agent(name or bot, "bot", ScriptedPolicy(self.game, bot, seed=self.seed),
                          mode="choice")
         path = Path(spec)
@@ -63,7 +103,7 @@ class ParticipantLoader:
         if folder == path and path.is_file():
             return self._model_agent(load_config(path), None, name or path.stem)
         if folder.is_dir() or folder != path:
-            team_file = folder / "team.yaml"
+            team_file = folder / TEAM_FILE
             if not team_file.is_file():
                 raise FileNotFoundError(f"{folder} has no team.yaml (expected a run, "
                                         "checkpoint or exported team folder)")

@@ -4,14 +4,15 @@
   every seat rotation, ``games_per_pairing / seats`` games each.  Swiss (two-seat games) plays
   ``rounds`` rounds; each pairs players of similar mean score, never twice when avoidable.
 - **Seeds.**  Game ``index`` of a pairing (group) in round ``round`` is played with
-  ``game_seed(seed, round, group, index)`` in every seat order: the duplicate format of poker
+  ``derive_seed(seed, round, group, index)`` in every seat order: the duplicate format of poker
   evaluation, where both players get the same deals from each seat, so the luck of the cards
   cancels out of the comparison.  Scripted bots draw their moves from a generator seeded by the
   game and seat, so a bot game is the same game whenever and wherever it is played.
 - **Playing.**  A :class:`MatchPlayer` loads every participant once (model participants share
   one base model per :class:`~orchestrator.participants.ParticipantLoader`) and plays a list of
   games through the batched :class:`~agents.rollout.RolloutEngine`; with ``ray.enabled`` the
-  same class runs as Ray actors, each given chunks of ``concurrency`` games.
+  same class runs as a pool of Ray actors (:class:`~infra.actors.ActorPool`), each given
+  chunks of ``concurrency`` games.
 - **Results never lost.**  Every finished game is one line of ``OUT/matches.jsonl``, written
   with flush + fsync as soon as the driver has it.  A rerun reads the file back (a torn last
   line, from a kill mid-write, is cut off) and plays only the games whose key is missing; a
@@ -21,7 +22,6 @@
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import itertools
 import json
 import os
@@ -37,7 +37,9 @@ from agents.scripted import ScriptedPolicy
 from configs.schema import PathProblem
 from configs.tournament import ParticipantConfig, TournamentConfig
 from games.bots import bot_names
-from orchestrator.participants import ParticipantLoader
+from infra.actors import ActorPool, ActorPoolError, start_ray
+from infra.seeds import derive_seed, reseed
+from orchestrator.participants import ParticipantLoader, bot_name
 from orchestrator.ratings import Outcome, Rating, RatingReport, pair_score, rate
 
 MATCHES = "matches.jsonl"
@@ -48,13 +50,6 @@ _IDENTITY_FIELDS = ("game", "participants", "schedule", "games_per_pairing", "se
 
 class TournamentError(Exception):
     """A tournament that cannot run as configured (bad participant, foreign OUT folder)."""
-
-
-def game_seed(seed: int, round_: int, group: Sequence[str], index: int) -> int:
-    """A stable 31-bit seed for one game (Python's ``hash`` is salted per process)."""
-    text = json.dumps([seed, round_, list(group), index])
-    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(),
-                          "little") % (2**31 - 1)
 
 
 @dataclass(frozen=True)
@@ -112,7 +107,7 @@ def round_specs(groups: Sequence[Sequence[str]], round_: int, games_per_pairing:
     game ``i`` of every rotation of a group has the same seed (duplicate format)."""
     specs = []
     for group in groups:
-        seeds = [game_seed(seed, round_, group, i)
+        seeds = [derive_seed(seed, round_, tuple(group), i)
                  for i in range(games_per_pairing // len(group))]
         specs += [GameSpec(round_, order, i, s) for order in rotations(group)
                   for i, s in enumerate(seeds)]
@@ -187,7 +182,7 @@ def planned_games(cfg: TournamentConfig, seats: int) -> int:
 def resolve_source(source: str, game: str, base: Path) -> str:
     """A bot name as it is; a relative path relative to ``base`` (the tournament file's
     folder)."""
-    if source.removeprefix("bot:") in bot_names(game) or Path(source).is_absolute():
+    if bot_name(source, game) is not None or Path(source).is_absolute():
         return source
     return str(base / source)
 
@@ -260,11 +255,8 @@ class MatchPlayer:
         game = self.cfg.game
         seats = list(games.make(game.name, **game.kwargs).possible_agents)
         if specs:
-            for k, agent in enumerate(self.agents.values()):
-                reseed = getattr(agent.policy, "reseed", None)
-                if reseed is not None:
-                    reseed(game_seed(specs[0].seed, -1, [agent.name], k))
-        seatings = [{seat: self._seat(name, game_seed(spec.seed, 0, [seat], 0))
+            reseed([agent.policy for agent in self.agents.values()], specs[0].seed)
+        seatings = [{seat: self._seat(name, derive_seed(spec.seed, seat))
                      for seat, name in zip(seats, spec.order, strict=True)} for spec in specs]
         out: list[MatchRecord] = []
 
@@ -419,47 +411,32 @@ class Tournament:
 
     def _play_ray(self, specs: list[GameSpec], on_game: Callable[[MatchRecord], None] | None
                   ) -> None:
-        """Chunks of ``concurrency`` games to ``ray.workers`` actors, recorded as they return;
-        a chunk whose actor died goes to a fresh actor."""
+        """Chunks of ``concurrency`` games to a pool of ``ray.workers`` actors, recorded as
+        they return."""
         import ray
 
         rc = self.cfg.ray
-        if not ray.is_initialized():
-            ray.init(address=rc.address, include_dashboard=False, log_to_driver=False,
-                     ignore_reinit_error=True)
+        start_ray(rc.address)
         actor_cls = ray.remote(num_cpus=rc.cpus_per_worker)(MatchPlayer)
         data = self.cfg.model_dump(by_alias=True)
         size = self.cfg.concurrency
-        todo = [specs[i:i + size] for i in range(0, len(specs), size)]
-        actors = [actor_cls.remote(data, str(self.base)) for _ in range(min(rc.workers, len(todo)))]
-        running: dict[Any, tuple[Any, list[GameSpec]]] = {}
-        replaced = 0
+        chunks = [specs[i:i + size] for i in range(0, len(specs), size)]
+
+        def record(records: list[MatchRecord]) -> None:
+            for rec in records:
+                self._record(rec, on_game)
+
+        pool = ActorPool(lambda: actor_cls.remote(data, str(self.base)),
+                         min(rc.workers, len(chunks)))
         try:
-            _await_actors(actors)
-            while todo or running:
-                for actor in [a for a in actors if a not in {v[0] for v in running.values()}]:
-                    if todo:
-                        chunk = todo.pop(0)
-                        running[actor.play.remote(chunk)] = (actor, chunk)
-                ready, _ = ray.wait(list(running), num_returns=1)
-                actor, chunk = running.pop(ready[0])
-                try:
-                    records = ray.get(ready[0])
-                except ray.exceptions.RayActorError as exc:
-                    replaced += 1
-                    if replaced > 2 * rc.workers:
-                        raise TournamentError(f"match actors keep dying: {exc}") from None
-                    actors.remove(actor)
-                    actors.append(actor_cls.remote(data, str(self.base)))
-                    todo.insert(0, chunk)
-                    continue
-                except ray.exceptions.RayTaskError as exc:
-                    raise TournamentError(str(exc.cause)) from None
-                for rec in records:
-                    self._record(rec, on_game)
+            _await_actors(pool.actors)
+            pool.map("play", chunks, on_result=record)
+        except ActorPoolError as exc:
+            raise TournamentError(f"match {exc}") from None
+        except ray.exceptions.RayTaskError as exc:
+            raise TournamentError(str(exc.cause)) from None
         finally:
-            for actor in actors:
-                ray.kill(actor)
+            pool.shutdown()
 
 
 def _await_actors(actors: list[Any]) -> None:

@@ -23,7 +23,14 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # scripts/ may shadow package names
 
-from marl.checkpoint import latest_checkpoint  # noqa: E402
+from infra.layout import (  # noqa: E402
+    BEST,
+    CHECKPOINTS,
+    METRICS,
+    STATE_FILE,
+    TEAM_FILE,
+    latest_checkpoint,
+)
 
 INITIAL, RANDOM, NASH = "initial", "random", "nash"
 
@@ -31,10 +38,10 @@ INITIAL, RANDOM, NASH = "initial", "random", "nash"
 def checkpoints(run: Path, most: int = 3) -> list[Path]:
     """Up to ``most`` checkpoints of the run, evenly spaced, always including the last, plus
     the best one (``RUN/best``) if it is not among them."""
-    found = sorted(p for p in (run / "checkpoints").iterdir() if (p / "team.yaml").is_file())
+    found = sorted(p for p in (run / CHECKPOINTS).iterdir() if (p / TEAM_FILE).is_file())
     picks = ({round(i * (len(found) - 1) / (most - 1)) for i in range(most)}
              if len(found) > most else set(range(len(found))))
-    best = latest_checkpoint(run, "best")
+    best = latest_checkpoint(run, BEST)
     if best is not None and best in found:
         picks.add(found.index(best))
     return [found[i] for i in sorted(picks)]
@@ -109,16 +116,16 @@ def summary(run: Path) -> str:
     ratings = read_ratings(tdir / "ratings.csv")
     last = trained_name(checkpoints(run)[-1])
     chips, half, n = head_to_head(tdir / "matches.jsonl", last, INITIAL)
-    steps = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    steps = [json.loads(x) for x in (run / METRICS).read_text().splitlines()]
     trained_steps = max((s.get("step", 0) for s in steps), default=0)
     expl = {f"trained@{s['step']}": f"{s['eval']['exploitability']:.3f}"
             for s in steps if "eval" in s}
     expl |= {INITIAL: f"{before:.3f}", RANDOM: f"{11 / 24:.3f}", NASH: "<= 0.001 (CFR)",
              last: f"{after:.3f}"}  # after.json reads the last checkpoint
     best_line = ""
-    best_ckpt = latest_checkpoint(run, "best")
+    best_ckpt = latest_checkpoint(run, BEST)
     if best_ckpt is not None:
-        best = json.loads((best_ckpt / "state.json").read_text())["best"]
+        best = json.loads((best_ckpt / STATE_FILE).read_text())["best"]
         best_line = (f"\nThe best checkpoint (`{run}/best`, lowest exploitability measured "
                      f"during training): step {best['step']}, {best['exploitability']:.4f}.\n")
     rows = "\n".join(

@@ -1,26 +1,23 @@
 """Where models live on disk, and how a model directory is written so readers never see half of one.
 
 A conversion can be killed (Ctrl-C, OOM) or raced by a second process. Both are handled by
-building into a private temp directory next to the final one and publishing it with a single
-``os.rename``: the final directory either does not exist or is complete.
+building into a temp directory next to the final one and publishing it with a single rename
+(:func:`infra.atomic.atomic_write`): the final directory either does not exist or is complete.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from infra.atomic import atomic_write
+
 MANIFEST_NAME = "marl-model.json"
 """Written last into a model directory; its presence marks the directory as complete."""
-
-_TMP_MARKER = ".tmp-"
-_STALE_TMP_SECONDS = 3600.0
 
 
 def marl_home() -> Path:
@@ -43,17 +40,6 @@ def read_manifest(path: Path) -> dict[str, Any]:
     return json.loads((path / MANIFEST_NAME).read_text())
 
 
-def _sweep_stale_tmp(parent: Path, name: str) -> None:
-    """Remove temp dirs left by killed writers; fresh ones may belong to a live writer."""
-    now = time.time()
-    for p in parent.glob(f".{name}{_TMP_MARKER}*"):
-        try:
-            if now - p.stat().st_mtime > _STALE_TMP_SECONDS:
-                shutil.rmtree(p, ignore_errors=True)
-        except FileNotFoundError:
-            pass
-
-
 def atomic_model_dir(
     final: Path,
     write: Callable[[Path], None],
@@ -72,23 +58,14 @@ def atomic_model_dir(
             f"{final} exists but is not a complete model directory (no {MANIFEST_NAME}); "
             "delete it and retry"
         )
-    final.parent.mkdir(parents=True, exist_ok=True)
-    _sweep_stale_tmp(final.parent, final.name)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}{_TMP_MARKER}", dir=final.parent))
     try:
-        os.chmod(tmp, 0o755)  # mkdtemp makes it 0700; the cache is meant to be shareable
-        write(tmp)
-        record = {"name": final.name, "created": time.time(), **(manifest or {})}
-        (tmp / MANIFEST_NAME).write_text(json.dumps(record, indent=2, default=str))
-        try:
-            os.rename(tmp, final)
-        except OSError:
-            # A concurrent writer won the race (final is now a non-empty directory).
-            if is_complete(final):
-                shutil.rmtree(tmp, ignore_errors=True)
-                return final
-            raise
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        with atomic_write(final, overwrite=False) as tmp:
+            os.chmod(tmp, 0o755)  # the cache is meant to be shareable, whatever the umask
+            write(tmp)
+            record = {"name": final.name, "created": time.time(), **(manifest or {})}
+            (tmp / MANIFEST_NAME).write_text(json.dumps(record, indent=2, default=str))
+    except OSError:
+        if is_complete(final):  # a concurrent writer published it first: use theirs
+            return final
         raise
     return final

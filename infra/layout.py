@@ -1,0 +1,85 @@
+"""The folders training writes and everything else reads, named in one place.
+
+A run folder::
+
+    RUN/metrics.jsonl                one JSON line per step
+    RUN/checkpoints/step_000010/     one checkpoint (see marl.checkpoint for its contents)
+    RUN/latest                       a file naming the newest complete checkpoint
+    RUN/best                         the same for the lowest exploitability measured so far
+
+A checkpoint folder and an exported team folder share the names a team is loaded from:
+``team.yaml`` (the resolved config), ``adapters/<role>/`` (PEFT folders),
+``topology.safetensors`` (learned edge logits) and, in checkpoints, ``state.json``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import NamedTuple
+
+from infra.atomic import atomic_write
+
+LATEST = "latest"
+BEST = "best"
+POINTERS = (LATEST, BEST)
+CHECKPOINTS = "checkpoints"
+METRICS = "metrics.jsonl"
+TEAM_FILE = "team.yaml"
+STATE_FILE = "state.json"
+ADAPTERS = "adapters"
+TOPOLOGY_FILE = "topology.safetensors"
+
+
+def checkpoint_dir(run: Path, step: int) -> Path:
+    return run / CHECKPOINTS / f"step_{step:06d}"
+
+
+def adapter_folder(folder: Path, role: str) -> Path:
+    """Where ``role``'s PEFT adapter lives in a checkpoint or exported team folder."""
+    return folder / ADAPTERS / role
+
+
+def point(run: Path, name: str, checkpoint: Path) -> None:
+    """Make the pointer ``RUN/<name>`` name ``checkpoint``, atomically."""
+    with atomic_write(run / name, folder=False) as tmp:
+        tmp.write_text(checkpoint.name)
+
+
+def _named(pointer: Path) -> Path:
+    return pointer.parent / CHECKPOINTS / pointer.read_text().strip()
+
+
+def pointed(run: Path, name: str = LATEST) -> Path | None:
+    """The checkpoint folder the pointer ``RUN/<name>`` names (None without the pointer)."""
+    pointer = run / name
+    return _named(pointer) if pointer.is_file() else None
+
+
+def latest_checkpoint(run: Path, name: str = LATEST) -> Path | None:
+    """The checkpoint ``RUN/<name>`` names, if it is complete (its state is written last)."""
+    path = pointed(run, name)
+    return path if path is not None and (path / STATE_FILE).is_file() else None
+
+
+class Resolved(NamedTuple):
+    folder: Path       # the folder holding team.yaml
+    run: Path | None   # the run it belongs to (its metrics), if any
+
+
+def resolve(path: str | Path) -> Resolved:
+    """What a path given by a user names: a run folder its latest checkpoint, a run's
+    ``latest``/``best`` pointer file the checkpoint it names, a checkpoint inside a run
+    itself (with its run); any other folder (an exported team) is used as it is."""
+    path = Path(path)
+    pointer = path / LATEST if path.is_dir() else path
+    if (pointer.name in POINTERS and pointer.is_file()
+            and (pointer.parent / CHECKPOINTS).is_dir()):
+        return Resolved(_named(pointer), pointer.parent)
+    if path.parent.name == CHECKPOINTS and (path.parent.parent / METRICS).is_file():
+        return Resolved(path, path.parent.parent)
+    return Resolved(path, None)
+
+
+def checkpoint_folder(path: str | Path) -> Path:
+    """The folder a team is loaded from for ``path`` (see :func:`resolve`)."""
+    return resolve(path).folder
