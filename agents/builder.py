@@ -16,6 +16,7 @@ from agents.hf import AdapterMismatch, HFPolicy, ModelHost
 from agents.models import MODEL_REGISTRY, ensure_cached, load_model
 from agents.policy import Policy, make_policy
 from configs.schema import RoleConfig, TeamConfig
+from infra.layout import adapter_folder
 
 #: Backends that answer in free text (language models): what a team runs.
 TEXT_BACKENDS = ("hf", "vllm", "openai")
@@ -190,7 +191,7 @@ def _check_buildable(cfg: TeamConfig, role: RoleConfig, hosts: Mapping[str, Mode
 def adapter_dir(path: str | Path, role: str) -> Path:
     """The PEFT folder inside ``path``: the folder itself or its ``adapters/<role>``."""
     path = Path(path)
-    for cand in (path, path / "adapters" / role):
+    for cand in (path, adapter_folder(path, role)):
         if (cand / "adapter_config.json").is_file():
             return cand
     raise FileNotFoundError(f"{path} holds no adapter for role {role!r} (looked for "

@@ -89,7 +89,7 @@ def topology_show_cmd(
     folder holds topology.safetensors."""
     from pathlib import Path
 
-    from orchestrator.participants import checkpoint_folder
+    from infra.layout import checkpoint_folder
     from topologies import LearnableTopology, TopologyError, build_topology
     from topologies.render import draw_png, to_mermaid
 

@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 import games
+from agents.builder import TEXT_BACKENDS
 from agents.rollout import Episode, Turn
 from configs import TeamConfig
 from games.bots import bot_names
@@ -49,7 +50,7 @@ from marl.runtime import LocalRuntime, RayRuntime, Runtime, trainable_hosts
 from marl.topology import graph_strategy
 from marl.workers import EpisodeSpec, rollout_kind
 from orchestrator.participants import ParticipantId
-from orchestrator.team import TEXT_BACKENDS, TeamError, assign_views
+from orchestrator.team import TeamError, assign_views
 
 TRAINEE = ParticipantId.team(0)  # the agent that meets league opponents
 

@@ -1,1 +1,24 @@
-"""orchestrator package."""
+"""Running teams outside training: the team runtime, play, tournaments, evaluation, export, serving.
+
+- ``Team`` (``Team.from_yaml``, ``Team.load`` for a run, checkpoint or export): answers tasks
+  along its topology, in batches; ``team.to_langgraph()`` embeds it in a LangGraph app;
+- ``play`` (episodes of a game with seat rotation) and ``ParticipantLoader`` (bots, team files,
+  runs, checkpoints, exports and HTTP models as seat-takers);
+- ``run_tournament`` / ``Tournament`` (schedules, durable match log, ratings and report);
+- ``exploitability_report`` (a player's exact exploitability where the game has a tree);
+- ``export_run`` (a self-contained team folder) and ``serve`` (an OpenAI-compatible server).
+"""
+
+from orchestrator.evaluation import exploitability_report
+from orchestrator.export import ExportError, export_run
+from orchestrator.participants import ParticipantId, ParticipantLoader
+from orchestrator.play import play
+from orchestrator.serve import serve
+from orchestrator.team import NodeMessage, Team, TeamError, TeamResult
+from orchestrator.tournament import Tournament, TournamentError, TournamentResult, run_tournament
+
+__all__ = [
+    "ExportError", "NodeMessage", "ParticipantId", "ParticipantLoader", "Team", "TeamError",
+    "TeamResult", "Tournament", "TournamentError", "TournamentResult", "exploitability_report",
+    "export_run", "play", "run_tournament", "serve",
+]

@@ -119,3 +119,26 @@ def test_train_epochs_reaches_the_learner() -> None:
     cfg = load_config_text(tiny_team("kuhn_poker", "  epochs: 3\n  ray: {enabled: false}\n"))
     (key,) = trainable_hosts(cfg)
     assert LearnerProcess(cfg.model_dump(by_alias=True), key).learner.epochs == 3
+
+
+def test_scheduled_learning_rate_reaches_the_optimizer() -> None:
+    from agents.hf import ModelHost
+    from agents.models import load_model
+    from configs.train import TrainConfig
+    from marl.learner import Learner, TrainItem
+
+    assert TrainConfig(lr=0.1, lr_decay=0.5).lr_at(1) == pytest.approx(0.1)
+    assert TrainConfig(lr=0.1, lr_decay=0.5).lr_at(3) == pytest.approx(0.05)
+    host = ModelHost(*load_model("tiny-random"))
+    host.add_adapter("a", r=4, alpha=8, seed=0)
+    learner = Learner(host, ["a"], lr=0.05)
+    items = [TrainItem(adapter="a", agent="p", prompt_ids=[5, 6, 7], completion_ids=[9],
+                       old_logprobs=[-0.7], advantage=adv, candidate_ids=[[9], [11]],
+                       choice=0) for adv in (1.0, -0.5)]
+
+    def moved(lr: float | None) -> bool:
+        before = {k: v.clone() for k, v in learner.weights()["a"].items()}
+        learner.update(items, lr)
+        return any(not torch.equal(v, learner.weights()["a"][k]) for k, v in before.items())
+
+    assert moved(None) and not moved(0.0) and moved(0.01)

@@ -292,3 +292,13 @@ def test_heuristic_bot_plays_its_table(game):
             probs = bot.action_probs(env, agent)
             assert probs == bot.policy(env.information_state(agent), env.legal_actions(agent))
             env.step(bots[agent].act(env, agent))
+
+
+def test_poker_public_state_hides_only_the_own_card() -> None:
+    env = games.make("kuhn_poker")
+    env.reset(seed=3)
+    env.step(env.legal_actions()[0])
+    who = env.agent_selection
+    info, public = env.information_state(who), env.public_state(who)
+    assert public == "?" + info[1:] and info[0] in "JQK" and "?" not in info
+    assert games.make("tic_tac_toe").public_state("player_0") is None

@@ -8,16 +8,15 @@
 - :mod:`~orchestrator.team.langgraph`: the same plan as a LangGraph ``StateGraph``.
 """
 
-from agents.builder import TEXT_BACKENDS
 from orchestrator.team.errors import TeamError
 from orchestrator.team.langgraph import graph_node_id, message_text
 from orchestrator.team.plan import Plan, answer_key, majority
 from orchestrator.team.prompts import Heard, NodeContext, PromptFn, default_prompt
-from orchestrator.team.runtime import TOPOLOGY_FILE, NodeMessage, Team, TeamResult
+from orchestrator.team.runtime import NodeMessage, Team, TeamResult
 from orchestrator.team.views import TaskView, assign_views
 
 __all__ = [
-    "TEXT_BACKENDS", "TOPOLOGY_FILE", "Heard", "NodeContext", "NodeMessage", "Plan", "PromptFn",
+    "Heard", "NodeContext", "NodeMessage", "Plan", "PromptFn",
     "TaskView", "Team", "TeamError", "TeamResult", "answer_key", "assign_views",
     "default_prompt", "graph_node_id", "majority", "message_text",
 ]

@@ -25,6 +25,7 @@ from agents.hf import ModelHost
 from agents.policy import Policy, Request, Response
 from configs import TeamConfig, load_config
 from games.tasks import Task
+from infra.layout import TEAM_FILE, TOPOLOGY_FILE, checkpoint_folder
 from orchestrator.team.errors import TeamError
 from orchestrator.team.langgraph import compile_team
 from orchestrator.team.plan import VOTE_NODE, Plan, majority
@@ -35,9 +36,6 @@ from topologies.graph import Node, node_name
 
 if TYPE_CHECKING:
     from langgraph.graph.state import CompiledStateGraph
-
-#: The learned topology file a checkpoint or exported team may hold.
-TOPOLOGY_FILE = "topology.safetensors"
 
 
 @dataclass
@@ -170,10 +168,8 @@ class Team:
         checkpoint): ``team.yaml``, ``adapters/<role>/`` for every trainable role, and the
         learned topology if the config is learnable and ``topology.safetensors`` is there.
         Needs no network: the base model comes from the registry's cache (or memory)."""
-        from orchestrator.participants import checkpoint_folder
-
         folder = checkpoint_folder(Path(path))
-        team_file = folder / "team.yaml"
+        team_file = folder / TEAM_FILE
         if not team_file.is_file():
             raise FileNotFoundError(f"{folder} has no team.yaml (expected an exported team, a "
                                     "run or a checkpoint folder)")
