@@ -343,6 +343,14 @@ class TeamConfig(StrictModel):
             r.replace(decoding=r.decoding.replace(**update)) if r.backend in LOCAL_BACKENDS
             else r for r in self.roles])
 
+    def rollout_kind(self) -> Literal["game", "team"]:
+        """``game``: agents take the game's seats; ``team``: the team answers a cooperative
+        task along its topology (``train.rollout``; auto: team when the topology learns)."""
+        kind = self.train.rollout if self.train is not None else "auto"
+        if kind == "auto":
+            return "team" if self.topology.learnable else "game"
+        return kind
+
     def _known_roles(self) -> str:
         return ", ".join(r.name for r in self.roles)
 
