@@ -53,7 +53,13 @@ def team_problems(cfg: TeamConfig) -> list[PathProblem]:
     """What a team file needs beyond the schema: a known game or task that takes its
     ``game.kwargs``, and agents that fit the game's seats where the team plays them (self-play
     fills every seat; against bots or a league the team may have fewer agents)."""
+    from topologies import TopologyError, build_topology  # the team's graph must build too
+
     problems, seats = game_problems(cfg.game, tasks=True)
+    try:
+        build_topology(cfg)
+    except TopologyError as exc:
+        problems.append((("topology",), str(exc)))
     if seats is None or cfg.rollout_kind() != "game":
         return problems
     agents = sum(r.count for r in cfg.roles)
