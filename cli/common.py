@@ -4,6 +4,7 @@ and keeping transformers quiet under the CLI's own spinners."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 import typer
@@ -11,7 +12,7 @@ import typer
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from configs import Check, TeamConfig
+    from configs import Check, GameConfig, TeamConfig
     from configs.schema import PathProblem
     from configs.tournament import TournamentConfig
 
@@ -24,13 +25,76 @@ def fail(message: str) -> NoReturn:
     raise typer.Exit(2)
 
 
-def game_name_problems(cfg: TeamConfig | TournamentConfig) -> list[PathProblem]:
-    """A file's ``game.name`` checked against the registry (the schema cannot import games);
-    a cooperative task's name is fine too: a team can answer it in free text."""
+def game_problems(game: GameConfig, *, tasks: bool) -> tuple[list[PathProblem], int | None]:
+    """``game.name`` and ``game.kwargs`` checked against the registry (the schema cannot import
+    games): the problems, and the number of seats when it is a game that builds.  With
+    ``tasks`` a cooperative task's name is fine too: a team can answer it in free text."""
     import games
+    from games.tasks import make_task
 
-    problem = games.check_name(cfg.game.name, tasks=True)
-    return [] if problem is None else [(("game", "name"), problem)]
+    problem = games.check_name(game.name, tasks=tasks)
+    if problem is not None:
+        return [(("game", "name"), problem)], None
+    is_game = game.name in games.names()
+    problem = games.check_kwargs(game.name, game.kwargs) if is_game else None
+    if problem is not None:
+        return [(("game", "kwargs"), problem)], None
+    build = (lambda: games.make(game.name, **game.kwargs)) if is_game \
+        else (lambda: make_task(game.name, 0, **game.kwargs))
+    try:
+        made = build()
+    except Exception as exc:  # noqa: BLE001 - each game checks its own arguments its own way
+        return [(("game", "kwargs"), f"{game.name} refuses these arguments: {exc}")], None
+    seats = getattr(made, "possible_agents", None)
+    return [], None if seats is None else len(seats)
+
+
+def team_problems(cfg: TeamConfig) -> list[PathProblem]:
+    """What a team file needs beyond the schema: a known game or task that takes its
+    ``game.kwargs``, and agents that fit the game's seats where the team plays them (self-play
+    fills every seat; against bots or a league the team may have fewer agents)."""
+    from topologies import TopologyError, build_topology  # the team's graph must build too
+
+    problems, seats = game_problems(cfg.game, tasks=True)
+    try:
+        build_topology(cfg)
+    except TopologyError as exc:
+        problems.append((("topology",), str(exc)))
+    if seats is None or cfg.rollout_kind() != "game":
+        return problems
+    agents = sum(r.count for r in cfg.roles)
+    league = cfg.train.league.opponents if cfg.train is not None else None
+    if agents > seats:
+        problems.append((("roles",), f"the team has {agents} agents but {cfg.game.name} has "
+                                     f"{seats} seats"))
+    elif league == "self" and agents != seats:
+        problems.append((("train",), f"self-play puts the team in all {seats} seats of "
+                                     f"{cfg.game.name} but it has {agents} agents; add agents "
+                                     "or set train.league.opponents: league"))
+    if league == "league" and seats != 2:
+        problems.append((("train", "league", "opponents"), f"league opponents need a two-seat "
+                                                           f"game; {cfg.game.name} has {seats}"))
+    return problems
+
+
+def tournament_problems(cfg: TournamentConfig, base: Path) -> list[PathProblem]:
+    """What a tournament file needs beyond the schema: a game that builds with its kwargs,
+    then the tournament's own checks (sources exist, seats fit; paths relative to ``base``)."""
+    problems, seats = game_problems(cfg.game, tasks=False)
+    if problems:
+        return problems
+    from orchestrator.tournament import source_problems  # loads the model stack: only here
+
+    return source_problems(cfg, base)
+
+
+def config_problems(cfg: BaseModel, file: str) -> list[PathProblem]:
+    """The checks of whichever root ``cfg`` is (team or tournament) for a file at ``file``."""
+    from configs.tournament import TournamentConfig
+
+    if isinstance(cfg, TournamentConfig):
+        return tournament_problems(cfg, Path(file).resolve().parent)
+    return team_problems(cfg)  # type: ignore[arg-type]
 
 
 def load_file(path: str, model: type[M], checks: Sequence[Check]) -> M:
@@ -45,10 +109,10 @@ def load_file(path: str, model: type[M], checks: Sequence[Check]) -> M:
 
 
 def load_team(path: str) -> TeamConfig:
-    """Load a team file, its game name checked too, or print its problems and exit 2."""
+    """Load a team file, its game and seats checked too, or print its problems and exit 2."""
     from configs import TeamConfig
 
-    return load_file(path, TeamConfig, [game_name_problems])
+    return load_file(path, TeamConfig, [team_problems])
 
 
 def quiet_transformers() -> None:

@@ -6,18 +6,21 @@ from typing import Annotated
 
 import typer
 
-from cli.common import game_name_problems
+from cli.common import config_problems
 
 
 def validate_cmd(
-    files: Annotated[list[str], typer.Argument(metavar="FILE...", help="Team YAML files.")],
+    files: Annotated[list[str], typer.Argument(metavar="FILE...",
+                                               help="Team or tournament YAML files.")],
 ) -> None:
-    """Check team files; prints FILE:LINE:COL: path: message per problem (exit 2 if any)."""
+    """Check team and tournament files, including what running them needs (the game takes
+    its kwargs, the agents fit its seats, the sources exist); prints FILE:LINE:COL: path:
+    message per problem (exit 2 if any)."""
     from configs import validate_file
 
     failed = False
     for file in files:
-        problems = validate_file(file, checks=[game_name_problems])
+        problems = validate_file(file, checks=[lambda cfg, f=file: config_problems(cfg, f)])
         for problem in problems:
             typer.echo(str(problem))
         if problems:

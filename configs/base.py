@@ -1,14 +1,27 @@
-"""The base of every config model."""
+"""The base of every config model, and the number types its fields use."""
 
-from typing import Any, Self
+from typing import Annotated, Any, Self
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict
+
+
+def _not_bool(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError(f"a number is meant here, not the boolean {str(value).lower()}")
+    return value
+
+
+#: An integer field: ``true`` is never silently read as the count 1.
+Int = Annotated[int, BeforeValidator(_not_bool)]
+#: A real-valued field: not a bool either (and, with the model's ``allow_inf_nan=False``,
+#: neither ``.inf`` nor ``.nan``).
+Float = Annotated[float, BeforeValidator(_not_bool)]
 
 
 class StrictModel(BaseModel):
-    """Unknown keys are errors, never silently ignored."""
+    """Unknown keys are errors, never silently ignored; floats are finite."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     def replace(self, **changes: Any) -> Self:
         """A copy with these fields replaced and every validator run again (pydantic's

@@ -22,8 +22,11 @@ from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from yaml.composer import ComposerError
 from yaml.error import Mark, MarkedYAMLError
+from yaml.events import AliasEvent
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from yaml.reader import ReaderError
 
 from configs.schema import CROSS_CHECK_ERROR, SCHEMA_ID, PathProblem, TeamConfig, dotted
 from configs.tournament import TOURNAMENT_SCHEMA_ID, TournamentConfig
@@ -39,6 +42,13 @@ _MERGE_TAG = "tag:yaml.org,2002:merge"
 # "$${" escapes a literal "${"; "${...}" is a reference; a lone "${" is unterminated.
 _ENV_REF = re.compile(r"\$\$\{|\$\{([^}]*)\}|\$\{")
 _ENV_BODY = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?::-(.*))?", re.DOTALL)
+#: YAML 1.2 floats that YAML 1.1 reads as strings: ``1e-4``, ``2E6`` (no dot).
+_EXP_FLOAT = re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$")
+#: Nesting deeper than this is refused (a config needs about six levels).
+MAX_DEPTH = 64
+#: The most values a file may hold once its aliases are expanded (a few hundred is usual), so
+#: an alias bomb is refused at the alias that crosses it instead of eating all memory.
+MAX_VALUES = 20_000
 
 
 @dataclass(frozen=True)
@@ -70,6 +80,8 @@ class MarkedLoader(yaml.SafeLoader):
     ``key_marks[path]`` is where the key of ``path`` starts, ``value_marks[path]`` where its
     value starts (``value_marks[()]`` is the document).  Interpolation and duplicate-key
     problems are collected in ``problems`` instead of aborting, so all are reported together.
+    Nesting beyond :data:`MAX_DEPTH` and expansion beyond :data:`MAX_VALUES` are syntax errors
+    at the node or alias that crosses them.
     """
 
     def __init__(self, stream: str, env: Mapping[str, str] | None = None) -> None:
@@ -79,6 +91,37 @@ class MarkedLoader(yaml.SafeLoader):
         self.value_marks: dict[YamlPath, Mark] = {}
         self.problems: list[tuple[YamlPath, Mark, str]] = []
         self._active: set[int] = set()
+        self._depth = 0
+        self._values = 0
+        self._sizes: dict[int, int] = {}  # id(node) -> values in it, aliases expanded
+
+    def compose_node(self, parent: Node | None, index: Any) -> Node:
+        mark = self.peek_event().start_mark
+        if self.check_event(AliasEvent):
+            node = super().compose_node(parent, index)
+            self._count(self._sizes.get(id(node), 1), mark, "aliases expand the file to")
+            return node
+        self._depth += 1
+        if self._depth > MAX_DEPTH:
+            raise ComposerError(None, None, f"nesting deeper than {MAX_DEPTH} levels", mark)
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+        children: list[Node] = []
+        if isinstance(node, SequenceNode):
+            children = node.value
+        elif isinstance(node, MappingNode):
+            children = [n for pair in node.value for n in pair]
+        self._sizes[id(node)] = 1 + sum(self._sizes.get(id(c), 1) for c in children)
+        self._count(1, mark, "the file holds")
+        return node
+
+    def _count(self, values: int, mark: Mark, what: str) -> None:
+        self._values += values
+        if self._values > MAX_VALUES:
+            raise ComposerError(None, None, f"{what} more than {MAX_VALUES} values; write "
+                                            "the repeated parts out or use fewer aliases", mark)
 
     def load_marked(self) -> tuple[bool, Any]:
         """Parse the single document; returns (is_empty, data)."""
@@ -107,17 +150,24 @@ class MarkedLoader(yaml.SafeLoader):
                 return [self._build(item, (*path, i)) for i, item in enumerate(node.value)]
             finally:
                 self._active.discard(id(node))
-        value = self.construct_object(node, deep=True)
+        value = self._construct(node)
         if isinstance(node, ScalarNode) and isinstance(value, str):
             value = self._interpolate(value, node.start_mark, path)
         return value
+
+    def _construct(self, node: Node) -> Any:
+        try:
+            return self.construct_object(node, deep=True)
+        except ValueError as exc:  # e.g. the date 2024-02-30, or an int of 5000 digits
+            raise yaml.constructor.ConstructorError(None, None, str(exc), node.start_mark
+                                                    ) from None
 
     def _build_mapping(self, node: MappingNode, path: YamlPath) -> dict[Any, Any]:
         seen: dict[Any, Mark] = {}
         for knode, _ in node.value:
             if knode.tag == _MERGE_TAG:
                 continue
-            key = self.construct_object(knode, deep=True)
+            key = self._construct(knode)
             if isinstance(key, Hashable) and key in seen:
                 line = seen[key].line + 1
                 self.problems.append(((*path, key), knode.start_mark,
@@ -127,7 +177,7 @@ class MarkedLoader(yaml.SafeLoader):
         self.flatten_mapping(node)  # resolves "<<" merge keys; explicit keys come last and win
         out: dict[Any, Any] = {}
         for knode, vnode in node.value:
-            key = self.construct_object(knode, deep=True)
+            key = self._construct(knode)
             if not isinstance(key, Hashable):
                 raise yaml.constructor.ConstructorError(
                     "while constructing a mapping", node.start_mark,
@@ -160,6 +210,9 @@ class MarkedLoader(yaml.SafeLoader):
             return value
 
         return _ENV_REF.sub(sub, text) if "${" in text else text
+
+
+MarkedLoader.add_implicit_resolver("tag:yaml.org,2002:float", _EXP_FLOAT, list("-+0123456789."))
 
 
 def _unwrap(ann: Any) -> Any:
@@ -280,12 +333,26 @@ def _validation_problems(exc: ValidationError, model: type[BaseModel],
     return out
 
 
-def _check_text(text: str, file: str, model: type[M], checks: Sequence[Check],
+def _reader_problem(exc: ReaderError, text: str, file: str) -> Problem:
+    """A character YAML does not allow (NUL, most control characters), at its position."""
+    pos = exc.position
+    line = text.count("\n", 0, pos) + 1
+    col = pos - text.rfind("\n", 0, pos)
+    char = exc.character if isinstance(exc.character, int) else ord(exc.character)
+    return Problem(file, line, col, "", f"YAML syntax error: character U+{char:04X} is not "
+                                        "allowed in YAML (no NUL or control characters, not "
+                                        "even in comments or quotes)")
+
+
+def _check_text(text: str, file: str, model: type[M] | None, checks: Sequence[Check],
                 env: Mapping[str, str] | None) -> tuple[M | None, list[Problem]]:
-    loader = MarkedLoader(text, env=env)
-    at = _Locator(file, loader)
+    """Parse, validate (against ``model``, or the root the ``schema:`` tag names) and run
+    ``checks``: the config, or every problem found."""
     try:
+        loader = MarkedLoader(text, env=env)
         empty, data = loader.load_marked()
+    except ReaderError as exc:
+        return None, [_reader_problem(exc, text, file)]
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
@@ -293,6 +360,9 @@ def _check_text(text: str, file: str, model: type[M], checks: Sequence[Check],
         return None, [Problem(file, line, col, "", f"YAML syntax error: {what}")]
     except yaml.YAMLError as exc:
         return None, [Problem(file, 1, 1, "", f"YAML error: {exc}".replace("\n", " "))]
+    at = _Locator(file, loader)
+    if model is None:
+        model = root_model(data)
     if empty:
         kind = getattr(model, "file_kind", "team")  # TeamConfig and the roots extending it
         return None, [Problem(file, 1, 1, "", f"the file is empty; a {kind} file is a mapping "
@@ -334,13 +404,9 @@ ROOTS: dict[str, type[BaseModel]] = {SCHEMA_ID: TeamConfig,
                                      TOURNAMENT_SCHEMA_ID: TournamentConfig}
 
 
-def root_model(text: str) -> type[BaseModel]:
-    """The model a file's ``schema:`` tag names; TeamConfig for anything else, whose errors
-    then say what a team file needs."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
-        return TeamConfig
+def root_model(data: Any) -> type[BaseModel]:
+    """The model the parsed file's ``schema:`` tag names; TeamConfig for anything else, whose
+    errors then say what a team file needs."""
     tag = data.get("schema") if isinstance(data, dict) else None
     return ROOTS.get(tag, TeamConfig) if isinstance(tag, str) else TeamConfig
 
@@ -355,7 +421,7 @@ def validate_file(path: str | os.PathLike[str], model: type[BaseModel] | None = 
     text, problems = _read(path)
     if text is None:
         return problems
-    return _check_text(text, os.fspath(path), model or root_model(text), checks, env)[1]
+    return _check_text(text, os.fspath(path), model, checks, env)[1]
 
 
 def load_config(path: str | os.PathLike[str], model: type[M] = TeamConfig,  # type: ignore[assignment]

@@ -18,10 +18,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from configs.base import StrictModel
-from configs.train import TrainConfig
+from configs.base import Float, Int, StrictModel
+from configs.train import MAX_STEPS, TrainConfig
 
 SCHEMA_ID = "marl-teams/v1"
+#: The most agents a role (and the most roles a team) may have.
+MAX_COUNT = 64
 
 #: Names that ``system_prompt`` and ``goal`` may reference as ``{placeholder}``.
 PLACEHOLDERS: dict[str, str] = {
@@ -90,9 +92,9 @@ def check_template(text: str, allowed: Iterable[str]) -> str:
 class AdapterConfig(StrictModel):
     """A LoRA adapter: the trainable part of a role.  No adapter means the role is frozen."""
 
-    r: int = Field(8, ge=1, description="LoRA rank.")
-    alpha: int = Field(16, ge=1, description="LoRA alpha (scale = alpha / r).")
-    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout on the LoRA input.")
+    r: Int = Field(8, ge=1, le=1024, description="LoRA rank.")
+    alpha: Int = Field(16, ge=1, le=65536, description="LoRA alpha (scale = alpha / r).")
+    dropout: Float = Field(0.0, ge=0.0, lt=1.0, description="Dropout on the LoRA input.")
     targets: list[str] = Field(default_factory=lambda: ["q_proj", "v_proj"], min_length=1,
                                description="Names of the linear modules that get an adapter.")
 
@@ -103,11 +105,13 @@ class DecodingConfig(StrictModel):
     mode: Literal["free", "choice"] = Field(
         "free", description="free: sample text and parse it; choice: score each legal action "
                             "and pick from that distribution (no parse failures).")
-    temperature: float = Field(1.0, ge=0.0, description="Sampling temperature; 0 is greedy.")
-    max_new_tokens: int = Field(64, ge=1, le=4096, description="Token budget per turn (free).")
-    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
-    max_prompt_tokens: int = Field(
-        1024, ge=16, description="Longer prompts keep their last tokens (the current state and "
+    temperature: Float = Field(1.0, ge=0.0, le=100.0,
+                               description="Sampling temperature; 0 is greedy.")
+    max_new_tokens: Int = Field(64, ge=1, le=4096, description="Token budget per turn (free).")
+    top_p: Float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
+    max_prompt_tokens: Int = Field(
+        1024, ge=16, le=1_048_576,
+        description="Longer prompts keep their last tokens (the current state and "
                                  "the legal moves) and a warning is printed.")
 
 
@@ -131,7 +135,7 @@ class RoleConfig(StrictModel):
 
     name: str = Field(pattern=r"^[A-Za-z0-9_-]+$",
                       description="Role identifier (letters, digits, '_' and '-').")
-    count: int = Field(1, ge=1, description="How many agents play this role.")
+    count: Int = Field(1, ge=1, le=MAX_COUNT, description="How many agents play this role.")
     model: str = Field("smollm2-135m-instruct", min_length=1,
                        description="Model registry name (e.g. smollm2-135m-instruct, "
                                    "tiny-random), a Hugging Face id or a local path; the "
@@ -192,22 +196,26 @@ class TopologyLearningConfig(StrictModel):
     """How a learnable topology learns (docs/algorithms.md, learnable topology): the settings
     ``topologies.LearnableTopology`` keeps and saves with its logits."""
 
-    lr: float = Field(0.1, gt=0, description="Adam step size on the edge logits.")
-    tau: float = Field(1.0, gt=0, description="Temperature: p_e = sigmoid(theta_e / tau).")
+    lr: Float = Field(0.1, gt=0, le=100.0, description="Adam step size on the edge logits.")
+    tau: Float = Field(1.0, gt=0, le=1000.0,
+                       description="Temperature: p_e = sigmoid(theta_e / tau).")
     cost: Literal["messages", "tokens"] = Field(
         "messages", description="What an episode costs: edges used, or prompt + completion "
                                 "tokens of every turn.")
-    cost_weight: float = Field(0.0, ge=0, description="lambda in utility = score - lambda x "
+    cost_weight: Float = Field(0.0, ge=0, le=1e6,
+                               description="lambda in utility = score - lambda x "
                                                       "cost.")
     baseline: Literal["none", "mean", "loo"] = Field(
         "loo", description="REINFORCE baseline: none, batch mean, or leave-one-out mean.")
-    init_logit: float = Field(0.0, description="theta_e at start (0: every edge at p = 0.5).")
+    init_logit: Float = Field(0.0, ge=-100.0, le=100.0,
+                              description="theta_e at start (0: every edge at p = 0.5).")
     temporal: bool | None = Field(None, description="Also learn round-to-round edges; default: "
                                                     "when rounds > 1.")
-    prune_every: int = Field(0, ge=0, description="Prune after every k-th update (0: never).")
-    prune_fraction: float = Field(0.0, ge=0.0, lt=1.0, description="... the lowest-probability "
+    prune_every: Int = Field(0, ge=0, le=MAX_STEPS,
+                             description="Prune after every k-th update (0: never).")
+    prune_fraction: Float = Field(0.0, ge=0.0, lt=1.0, description="... the lowest-probability "
                                                                    "fraction of candidates.")
-    prune_threshold: float = Field(0.0, ge=0.0, le=1.0, description="... and every candidate "
+    prune_threshold: Float = Field(0.0, ge=0.0, le=1.0, description="... and every candidate "
                                                                     "with p_e below this.")
 
 
@@ -219,7 +227,7 @@ class TopologyConfig(StrictModel):
     """
 
     kind: TopologyKind = Field("chain", description="Communication graph shape.")
-    rounds: int = Field(1, ge=1, description="Communication rounds per turn.")
+    rounds: Int = Field(1, ge=1, le=64, description="Communication rounds per turn.")
     learnable: bool = Field(False, description="Learn edge probabilities (REINFORCE).")
     learning: TopologyLearningConfig | None = Field(
         None, description="learnable only: how the edges learn (default settings if absent).")
@@ -308,7 +316,8 @@ class TeamConfig(StrictModel):
         alias="schema", description="Schema id; must be 'marl-teams/v1'.")
     name: str = Field(min_length=1, description="Team name.")
     description: str | None = Field(None, description="Free text.")
-    roles: list[RoleConfig] = Field(min_length=1, description="The team's roles.")
+    roles: list[RoleConfig] = Field(min_length=1, max_length=MAX_COUNT,
+                                    description="The team's roles.")
     topology: TopologyConfig = Field(default_factory=TopologyConfig)
     game: GameConfig
     train: TrainConfig | None = Field(None, description="Read by `marl train`.")
@@ -333,6 +342,14 @@ class TeamConfig(StrictModel):
         return self.replace(roles=[
             r.replace(decoding=r.decoding.replace(**update)) if r.backend in LOCAL_BACKENDS
             else r for r in self.roles])
+
+    def rollout_kind(self) -> Literal["game", "team"]:
+        """``game``: agents take the game's seats; ``team``: the team answers a cooperative
+        task along its topology (``train.rollout``; auto: team when the topology learns)."""
+        kind = self.train.rollout if self.train is not None else "auto"
+        if kind == "auto":
+            return "team" if self.topology.learnable else "game"
+        return kind
 
     def _known_roles(self) -> str:
         return ", ".join(r.name for r in self.roles)
@@ -372,6 +389,11 @@ class TeamConfig(StrictModel):
             if ref not in by_name and not (rel[0] in _AGENT_REFS and ref in agents):
                 problems.append((("topology", *rel), f"unknown role {ref!r}; known roles: "
                                                      f"{self._known_roles()}"))
+        final = by_name.get(self.topology.final or "")
+        if final is not None and final.count > 1:
+            problems.append((("topology", "final"), f"role {final.name!r} has {final.count} "
+                             "agents and one decides; name one of them ("
+                             f"{', '.join(final.instance_names())})"))
         seen: dict[str, int] = {}
         for i, layer in enumerate(self.topology.layers or []):
             for j, ref in enumerate(layer):

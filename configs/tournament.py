@@ -13,7 +13,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from configs.base import StrictModel
+from configs.base import Float, Int, StrictModel
 from configs.schema import DecodingConfig, EndpointConfig, GameConfig, PathProblem, raise_problems
 
 TOURNAMENT_SCHEMA_ID = "marl-teams/tournament/v1"
@@ -63,7 +63,8 @@ class ScheduleConfig(StrictModel):
     kind: Literal["round_robin", "swiss"] = Field(
         "round_robin", description="round_robin: every pair (every seat order); swiss: rounds "
                                    "pairing players of similar score, no repeats if possible.")
-    rounds: int | None = Field(None, ge=1, description="Swiss rounds; required for swiss only.")
+    rounds: Int | None = Field(None, ge=1, le=1024,
+                               description="Swiss rounds; required for swiss only.")
 
     @model_validator(mode="after")
     def _rounds(self) -> ScheduleConfig:
@@ -78,8 +79,8 @@ class TournamentRayConfig(StrictModel):
     """Play games on Ray actors (each loads every participant once)."""
 
     enabled: bool = Field(False, description="false: play in this process.")
-    workers: int = Field(2, ge=1, description="Match actors.")
-    cpus_per_worker: float = Field(1.0, gt=0.0, description="CPUs Ray reserves per actor.")
+    workers: Int = Field(2, ge=1, le=1024, description="Match actors.")
+    cpus_per_worker: Float = Field(1.0, gt=0.0, le=1024, description="CPUs Ray reserves per actor.")
     address: str | None = Field(None, description="An existing cluster; default: a local Ray.")
 
 
@@ -93,18 +94,22 @@ class TournamentConfig(StrictModel):
     name: str = Field(min_length=1, description="Tournament name.")
     description: str | None = Field(None, description="Free text.")
     game: GameConfig
-    participants: list[ParticipantConfig] = Field(min_length=2)
+    participants: list[ParticipantConfig] = Field(min_length=2, max_length=1024)
     schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
-    games_per_pairing: int = Field(
-        20, ge=1, description="Games per pairing, split evenly over the seat orders (so a "
+    games_per_pairing: Int = Field(
+        20, ge=1, le=1_000_000,
+        description="Games per pairing, split evenly over the seat orders (so a "
                               "multiple of the game's number of seats).")
-    seed: int = Field(0, description="Every game's seed derives from it, the pairing and the "
+    seed: Int = Field(0, description="Every game's seed derives from it, the pairing and the "
                                      "game index.")
-    concurrency: int = Field(32, ge=1, description="Games in flight per worker (batching).")
+    concurrency: Int = Field(32, ge=1, le=65536,
+                             description="Games in flight per worker (batching).")
     anchor: str | None = Field(None, description="Participant whose rating is fixed (default: "
                                                  "the first).")
-    anchor_rating: float = Field(0.0, description="The anchor's rating in Elo-like points.")
-    bootstrap: int = Field(200, ge=0, description="Bootstrap resamples for the 95% intervals "
+    anchor_rating: Float = Field(0.0, ge=-1e6, le=1e6,
+                                 description="The anchor's rating in Elo-like points.")
+    bootstrap: Int = Field(200, ge=0, le=100_000,
+                           description="Bootstrap resamples for the 95% intervals "
                                                   "(0: no intervals).")
     ray: TournamentRayConfig = Field(default_factory=TournamentRayConfig)
 

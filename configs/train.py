@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
-from configs.base import StrictModel
+from configs.base import Float, Int, StrictModel
+
+#: The most steps of anything (training steps, intervals counted in steps).
+MAX_STEPS = 10_000_000
+#: The most games (or sequences) one batch setting may ask for.
+MAX_BATCH = 4096
 
 
 class LeagueConfig(StrictModel):
@@ -15,12 +20,13 @@ class LeagueConfig(StrictModel):
     opponents: Literal["self", "league"] = Field(
         "self", description="self: the latest policy in every seat; league: the trained role "
                             "takes one seat and a pool member the others.")
-    snapshot_every: int = Field(5, ge=1, description="Add the policy to the pool every k steps.")
-    pool_size: int = Field(8, ge=1, description="Most recent snapshots kept in the pool.")
+    snapshot_every: Int = Field(5, ge=1, le=MAX_STEPS,
+                                description="Add the policy to the pool every k steps.")
+    pool_size: Int = Field(8, ge=1, le=1024, description="Most recent snapshots kept in the pool.")
     anchors: list[str] = Field(default_factory=list,
                                description="Fixed opponents: bot names (random, heuristic, "
                                            "optimal) or checkpoint folders.")
-    latest_prob: float = Field(0.3, ge=0.0, le=1.0,
+    latest_prob: Float = Field(0.3, ge=0.0, le=1.0,
                                description="Chance that a league game is against the latest "
                                            "policy itself.")
     sampling: Literal["uniform", "winrate"] = Field(
@@ -33,19 +39,20 @@ class RayConfig(StrictModel):
     enabled: bool = Field(True, description="False runs everything in this process.")
     address: str | None = Field(None, description="An existing cluster (ray://... or auto); "
                                                   "default: start a local Ray.")
-    rollout_workers: int = Field(1, ge=1, description="Rollout worker actors.")
-    cpus_per_worker: float = Field(1.0, gt=0)
-    gpus_per_worker: float = Field(0.0, ge=0, description="May be fractional: workers share.")
-    cpus_per_learner: float = Field(1.0, gt=0)
-    gpus_per_learner: float = Field(0.0, ge=0, description="One learner per GPU: 1.")
+    rollout_workers: Int = Field(1, ge=1, le=1024, description="Rollout worker actors.")
+    cpus_per_worker: Float = Field(1.0, gt=0, le=1024)
+    gpus_per_worker: Float = Field(0.0, ge=0, le=64,
+                                   description="May be fractional: workers share.")
+    cpus_per_learner: Float = Field(1.0, gt=0, le=1024)
+    gpus_per_learner: Float = Field(0.0, ge=0, le=64, description="One learner per GPU: 1.")
 
 
 class LearnerConfig(StrictModel):
     backend: Literal["torch", "deepspeed"] = Field(
         "torch", description="deepspeed needs the deepspeed extra.")
-    zero_stage: int = Field(1, ge=1, le=3, description="DeepSpeed ZeRO stage (no ZeRO: backend "
+    zero_stage: Int = Field(1, ge=1, le=3, description="DeepSpeed ZeRO stage (no ZeRO: backend "
                                                        "torch).")
-    micro_batch: int = Field(16, ge=1, description="Sequences per forward/backward.")
+    micro_batch: Int = Field(16, ge=1, le=65536, description="Sequences per forward/backward.")
 
 
 class TrainConfig(StrictModel):
@@ -66,43 +73,48 @@ class TrainConfig(StrictModel):
     group_by: Literal["seed", "state"] = Field(
         "seed", description="seed: the G games of one deal; state: decisions taken in the "
                             "identical observation (anchor states).")
-    common_mode: float = Field(
+    common_mode: Float = Field(
         0.0, ge=0.0, le=1.0,
         description="Fraction of the advantages' projection on the card-blind score "
                     "directions of each (public state, agent) to remove: 1 trains only what "
                     "depends on the private cards, against card-blind drift in poker.")
     reward: Literal["individual", "team"] = Field(
         "individual", description="team: every agent gets the team's mean reward (MAGRPO).")
-    reward_scales: dict[str, float] = Field(
+    reward_scales: dict[str, Annotated[Float, Field(ge=-1e6, le=1e6)]] = Field(
         default_factory=dict, description="Per-seat reward multipliers (e.g. {agent_1: 10}): "
                                           "agents with different reward scales, as in Dr. MAS.")
-    gamma: float = Field(1.0, ge=0.0, le=1.0, description="Discount for turn_level credit.")
-    rae_decay: float = Field(0.95, gt=0.0, lt=1.0)
-    group_size: int = Field(8, ge=2, description="G: games per group.")
-    groups_per_step: int = Field(8, ge=1, description="Groups per training step.")
-    steps: int = Field(20, ge=1)
-    max_minutes: float | None = Field(None, gt=0, description="Wall-clock budget: stop (and "
+    gamma: Float = Field(1.0, ge=0.0, le=1.0, description="Discount for turn_level credit.")
+    rae_decay: Float = Field(0.95, gt=0.0, lt=1.0)
+    group_size: Int = Field(8, ge=2, le=MAX_BATCH, description="G: games per group.")
+    groups_per_step: Int = Field(8, ge=1, le=MAX_BATCH, description="Groups per training step.")
+    steps: Int = Field(20, ge=1, le=MAX_STEPS)
+    max_minutes: Float | None = Field(None, gt=0, le=1e6,
+                                      description="Wall-clock budget: stop (and "
                                                                 "checkpoint) after the step that "
                                                                 "crosses it.")
-    lr: float = Field(1e-4, gt=0)
-    lr_decay: float = Field(
-        0.0, ge=0, description="Inverse-time decay: step t uses lr / (1 + lr_decay * (t - 1)). "
+    lr: Float = Field(1e-4, gt=0, le=10.0)
+    lr_decay: Float = Field(
+        0.0, ge=0, le=1000.0,
+        description="Inverse-time decay: step t uses lr / (1 + lr_decay * (t - 1)). "
                                "In self-play a constant step keeps the last iterate circling the "
                                "equilibrium; a decaying one lets it settle.")
-    clip_low: float = Field(0.2, ge=0)
-    clip_high: float = Field(0.28, ge=0)
-    kl: float = Field(0.0, ge=0, description="beta of the k3 KL to the base model.")
-    entropy: float = Field(0.0, ge=0, description="Entropy bonus coefficient.")
-    epochs: int = Field(1, ge=1, description="Optimizer steps per batch, each a pass over it "
+    clip_low: Float = Field(0.2, ge=0, le=10.0)
+    clip_high: Float = Field(0.28, ge=0, le=10.0)
+    kl: Float = Field(0.0, ge=0, le=1000.0, description="beta of the k3 KL to the base model.")
+    entropy: Float = Field(0.0, ge=0, le=1000.0, description="Entropy bonus coefficient.")
+    epochs: Int = Field(1, ge=1, le=1000,
+                        description="Optimizer steps per batch, each a pass over it "
                                              "against the sampling-time log-probs, so the clip "
                                              "bounds the later ones (PPO epochs, TRL "
                                              "num_iterations).")
-    max_grad_norm: float = Field(1.0, gt=0)
-    seed: int = 0
-    concurrency: int = Field(64, ge=1, description="Games played at once per worker.")
-    checkpoint_every: int = Field(5, ge=1)
-    max_bad_steps: int = Field(3, ge=1, description="Consecutive NaN/inf losses before stop.")
-    eval_every: int = Field(0, ge=0, description="Exact evaluation (exploitability) every k "
+    max_grad_norm: Float = Field(1.0, gt=0, le=1e6)
+    seed: Int = 0
+    concurrency: Int = Field(64, ge=1, le=65536, description="Games played at once per worker.")
+    checkpoint_every: Int = Field(5, ge=1, le=MAX_STEPS)
+    max_bad_steps: Int = Field(3, ge=1, le=MAX_STEPS,
+                               description="Consecutive NaN/inf losses before stop.")
+    eval_every: Int = Field(0, ge=0, le=MAX_STEPS,
+                            description="Exact evaluation (exploitability) every k "
                                                  "steps where the game supports it; 0: off.")
     loggers: list[Literal["jsonl", "wandb"]] = Field(default_factory=lambda: ["jsonl"])
     league: LeagueConfig = Field(default_factory=LeagueConfig)

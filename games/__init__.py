@@ -1,11 +1,20 @@
 """PettingZoo text games for self-play and cooperation.  Knows nothing of LLMs or training.
 
 ``games.make(name, **kwargs)`` builds a registered game; ``games.names()`` lists them and
-``games.check_name(name)`` says what is wrong with a name.
+``games.check_name(name)`` / ``games.check_kwargs(name, kwargs)`` say what is wrong with a
+name or its arguments.
 """
 
 from games.base import InvalidAction, TextGame
-from games.registry import check_name, make, make_parallel, names, parallel_names, register
+from games.registry import (
+    check_kwargs,
+    check_name,
+    make,
+    make_parallel,
+    names,
+    parallel_names,
+    register,
+)
 
 # Importing a game module registers it (one file per game).
 # --- registered game modules (one import per line) ---
@@ -23,5 +32,5 @@ import games.tiny_hanabi  # noqa: F401
 
 # --- end of registered game modules ---
 
-__all__ = ["InvalidAction", "TextGame", "check_name", "make", "make_parallel", "names",
-           "parallel_names", "register"]
+__all__ = ["InvalidAction", "TextGame", "check_kwargs", "check_name", "make", "make_parallel",
+           "names", "parallel_names", "register"]

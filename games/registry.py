@@ -6,7 +6,9 @@ offer live in separate tables with the same interface.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import difflib
+import inspect
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from pettingzoo import AECEnv, ParallelEnv
@@ -56,6 +58,36 @@ def check_name(name: str, *, tasks: bool = False) -> str | None:
     if name in task_names():
         return f"{name!r} is a cooperative task, not a game; known games: {', '.join(known)}"
     return f"unknown game {name!r}; known: {', '.join(known)}"
+
+
+def accepted_kwargs(factory: Callable[..., Any]) -> set[str] | None:
+    """The keyword arguments ``factory`` takes, following ``**kwargs`` up a class's bases (a
+    game passes them on to :class:`~games.base.TextGame`); None when anything goes."""
+    owners = [c for c in inspect.getmro(factory) if "__init__" in vars(c)] \
+        if isinstance(factory, type) else [factory]
+    names: set[str] = set()
+    for owner in owners:
+        params = inspect.signature(owner).parameters.values()
+        names |= {p.name for p in params
+                  if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"}
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            return names
+    return None
+
+
+def check_kwargs(name: str, kwargs: Mapping[str, Any]) -> str | None:
+    """What is wrong with ``kwargs`` for game ``name`` by its signature, or None: the check
+    behind ``marl validate``, so an unknown argument fails there and not at run time."""
+    allowed = accepted_kwargs(_GAMES[name])
+    if allowed is None:
+        return None
+    for key in kwargs:
+        if key not in allowed:
+            close = difflib.get_close_matches(str(key), sorted(allowed), n=1)
+            hint = f"did you mean {close[0]!r}?" if close else \
+                f"it takes: {', '.join(sorted(allowed)) or 'none'}"
+            return f"game {name!r} takes no argument {key!r}; {hint}"
+    return None
 
 
 def make(name: str, **kwargs) -> AECEnv:

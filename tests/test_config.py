@@ -536,3 +536,134 @@ def test_one_game_name_check(monkeypatch: pytest.MonkeyPatch) -> None:
     assert games.check_name("parity_task", tasks=True) is None
     assert games.check_name("parity_task") == (
         f"'parity_task' is a cooperative task, not a game; known games: {known}")
+
+
+# --- hostile files: refused fast and located, never a traceback or a hang ---
+
+def validate_cli(*paths: str) -> list[str]:
+    result = CliRunner().invoke(app, ["validate", *paths])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    return result.output.splitlines()
+
+
+def test_alias_bomb_is_refused_at_the_alias(tmp_path: Path) -> None:
+    import time
+
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"] + [
+        f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 10)]
+    start = time.perf_counter()
+    out = problems(tmp_path, BASE + "\n".join(lines) + "\n")
+    assert time.perf_counter() - start < 2
+    assert len(out) == 1 and ":16:15:" in out[0] and "more than 20000 values" in out[0], out
+
+
+def test_deep_nesting_and_control_characters_are_located(tmp_path: Path) -> None:
+    deep = write(tmp_path, BASE + "x: " + "[" * 700 + "]" * 700 + "\n", "deep.yaml")
+    nul = write(tmp_path, BASE.replace("name: t", "name: t\x00"), "nul.yaml")
+    good = write(tmp_path, BASE, "good.yaml")
+    out = validate_cli(deep, nul, good)
+    assert out[0].startswith(f"{deep}:12:") and "nesting deeper than 64 levels" in out[0]
+    assert out[1] == (f"{nul}:2:8: YAML syntax error: character U+0000 is not allowed in YAML "
+                      "(no NUL or control characters, not even in comments or quotes)")
+    assert out[2] == f"{good}: ok"
+
+
+def test_bad_scalars_are_located(tmp_path: Path) -> None:
+    assert problems(tmp_path, BASE + "when: 2024-02-30\n") == [
+        f"{tmp_path / 'team.yaml'}:12:7: YAML syntax error: day is out of range for month"]
+
+
+@pytest.mark.parametrize(("old", "new", "message"), [
+    ("    model: tiny-random\n  - name: b", "    model: tiny-random\n    count: 100000000\n"
+     "  - name: b", "roles.0.count: input should be less than or equal to 64"),
+    ("    model: tiny-random\n  - name: b", "    model: tiny-random\n    count: 1e30\n"
+     "  - name: b", "roles.0.count: unable to parse input string as an integer"),
+    ("    model: tiny-random\n  - name: b", "    model: tiny-random\n    count: true\n"
+     "  - name: b", "roles.0.count: a number is meant here, not the boolean true"),
+    ("temperature: 0.5", "temperature: .inf", "input should be a finite number"),
+    ("temperature: 0.5", "temperature: .nan", "input should be a finite number"),
+    ("temperature: 0.5", "temperature: false", "a number is meant here, not the boolean false"),
+])
+def test_sizes_and_numbers_are_bounded(tmp_path: Path, old: str, new: str, message: str) -> None:
+    out = problems(tmp_path, edit(old, new))
+    assert len(out) == 1 and message in out[0], out
+
+
+@pytest.mark.parametrize(("section", "message"), [
+    ("train: {group_size: 1000000000}", "train.group_size: input should be less than or equal"),
+    ("train: {lr: 1e30}", "train.lr: input should be less than or equal to 10"),
+    ("train: {lr: .inf}", "train.lr: input should be a finite number"),
+    ("train: {steps: 1.0e12}", "train.steps: "),
+])
+def test_train_sizes_are_bounded(tmp_path: Path, section: str, message: str) -> None:
+    out = problems(tmp_path, BASE + section + "\n")
+    assert len(out) == 1 and message in out[0] and ":12:" in out[0], out
+
+
+def test_lora_rank_and_bootstrap_are_bounded(tmp_path: Path) -> None:
+    out = problems(tmp_path, edit("    model: tiny-random\n  - name: b",
+                                  "    model: tiny-random\n    adapter: {r: 1000000000}\n"
+                                  "  - name: b"))
+    assert len(out) == 1 and "roles.0.adapter.r: input should be less than or equal to 1024" \
+        in out[0]
+    text = (REPO / "configs" / "tournament_tictactoe.yaml").read_text()
+    out = problems(tmp_path, text.replace("bootstrap: 200", "bootstrap: 1000000000"))
+    assert len(out) == 1 and "bootstrap: input should be less than or equal to 100000" in out[0]
+
+
+def test_exponent_floats_read_as_numbers(tmp_path: Path) -> None:
+    cfg = load_config(write(tmp_path, BASE + "train: {lr: 3e-4}\n"))
+    assert cfg.train is not None and cfg.train.lr == 3e-4
+
+
+def test_final_role_must_have_one_agent(tmp_path: Path) -> None:
+    text = edit("    model: tiny-random\n  - name: b", "    model: tiny-random\n    count: 2\n"
+                "  - name: b") + "topology: {final: a}\n"
+    out = problems(tmp_path, text)
+    assert out == [f"{tmp_path / 'team.yaml'}:13:19: topology.final: role 'a' has 2 agents and "
+                   "one decides; name one of them (a_0, a_1)"]
+    assert problems(tmp_path, text.replace("final: a}", "final: a_1}")) != out
+
+
+def test_validate_checks_game_kwargs_and_seats(tmp_path: Path) -> None:
+    kw = write(tmp_path, edit("  name: kuhn_poker", "  name: kuhn_poker\n  kwargs: {rounds: 3}"),
+               "kw.yaml")
+    bad = write(tmp_path, edit("  name: kuhn_poker", "  name: nim\n  kwargs: {piles: []}"),
+                "bad.yaml")
+    seats = write(tmp_path, edit("  - name: b", "    count: 2\n  - name: b"), "seats.yaml")
+    selfplay = write(tmp_path, BASE.replace("  - name: b\n    model: tiny-random\n"
+                                            "    decoding:\n      temperature: 0.5\n", "")
+                     + "train: {}\n", "selfplay.yaml")
+    out = validate_cli(kw, bad, seats, selfplay)
+    assert out[0] == (f"{kw}:12:11: game.kwargs: game 'kuhn_poker' takes no argument 'rounds'; "
+                      "it takes: illegal_reward, max_retries, render_mode")
+    assert out[1].startswith(f"{bad}:12:11: game.kwargs: nim refuses these arguments: piles")
+    assert out[2] == f"{seats}:4:3: roles: the team has 3 agents but kuhn_poker has 2 seats"
+    assert out[3] == (f"{selfplay}:8:8: train: self-play puts the team in all 2 seats of "
+                      "kuhn_poker but it has 1 agents; add agents or set "
+                      "train.league.opponents: league")
+
+
+def test_fewer_agents_than_seats_is_fine_against_opponents(tmp_path: Path) -> None:
+    vs = REPO / "configs" / "tictactoe_vs_random_tiny.yaml"
+    one = write(tmp_path, BASE.replace("  - name: b\n    model: tiny-random\n"
+                                       "    decoding:\n      temperature: 0.5\n", ""), "one.yaml")
+    assert validate_cli(str(vs), one) == [f"{vs}: ok", f"{one}: ok"]
+
+
+def test_validate_runs_the_tournament_checks(tmp_path: Path) -> None:
+    text = (REPO / "configs" / "tournament_tictactoe.yaml").read_text()
+    gpp = write(tmp_path, text.replace("games_per_pairing: 400", "games_per_pairing: 401"),
+                "gpp.yaml")
+    src = write(tmp_path, text.replace("source: heuristic", "source: missing_run"), "src.yaml")
+    out = validate_cli(gpp, src)
+    assert out[0].startswith(f"{gpp}:11:20: games_per_pairing: tic_tac_toe has 2 seats")
+    assert out[1].startswith(f"{src}:8:31: participants.1.source: neither a bot of tic_tac_toe")
+
+
+def test_check_kwargs_follows_kwargs_to_the_base_class() -> None:
+    import games
+
+    assert games.check_kwargs("split_arithmetic", {"n_agents": 3, "max_retries": 1}) is None
+    assert games.check_kwargs("split_arithmetic", {"n_agent": 3}) == (
+        "game 'split_arithmetic' takes no argument 'n_agent'; did you mean 'n_agents'?")
