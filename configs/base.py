@@ -1,8 +1,12 @@
 """The base of every config model."""
 
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict
+
+#: Compute precision of a local model's forward passes: fp32, or bf16/fp16 autocast (weights,
+#: LoRA adapters and optimizer state stay fp32).  fp16 needs a GPU.
+Precision = Literal["fp32", "bf16", "fp16"]
 
 
 class StrictModel(BaseModel):

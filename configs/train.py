@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from configs.base import StrictModel
+from configs.base import Precision, StrictModel
 
 
 class LeagueConfig(StrictModel):
@@ -98,6 +98,11 @@ class TrainConfig(StrictModel):
                                              "bounds the later ones (PPO epochs, TRL "
                                              "num_iterations).")
     max_grad_norm: float = Field(1.0, gt=0)
+    precision: Precision = Field(
+        "fp32", description="Compute precision of the learner's forward and backward passes: "
+                            "fp32, or bf16/fp16 autocast; LoRA weights and AdamW state stay "
+                            "fp32 (DeepSpeed on a GPU: its bf16/fp16 mode with fp32 master "
+                            "weights). fp16 needs a GPU learner (ray.gpus_per_learner > 0).")
     seed: int = 0
     concurrency: int = Field(64, ge=1, description="Games played at once per worker.")
     checkpoint_every: int = Field(5, ge=1)
@@ -108,6 +113,13 @@ class TrainConfig(StrictModel):
     league: LeagueConfig = Field(default_factory=LeagueConfig)
     ray: RayConfig = Field(default_factory=RayConfig)
     learner: LearnerConfig = Field(default_factory=LearnerConfig)
+
+    @model_validator(mode="after")
+    def _fp16_on_gpu(self) -> TrainConfig:
+        if self.precision == "fp16" and not (self.ray.enabled and self.ray.gpus_per_learner > 0):
+            raise ValueError("precision fp16 needs a GPU learner (ray.enabled with "
+                             "ray.gpus_per_learner > 0); on a CPU use bf16")
+        return self
 
     def with_overrides(self, steps: int | None = None, max_minutes: float | None = None,
                        address: str | None = None) -> TrainConfig:
