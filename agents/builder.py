@@ -89,7 +89,8 @@ def hf_role_policy(host: ModelHost, adapter: str | None, role: RoleConfig,
     dec = role.decoding
     return HFPolicy(host, adapter, mode=dec.mode, temperature=dec.temperature,
                     max_new_tokens=dec.max_new_tokens, top_p=dec.top_p,
-                    max_prompt_tokens=dec.max_prompt_tokens, seed=seed)
+                    max_prompt_tokens=dec.max_prompt_tokens, precision=dec.precision,
+                    seed=seed)
 
 
 def _openai(role: RoleConfig, ctx: BuildContext) -> Policy:

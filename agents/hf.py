@@ -31,6 +31,7 @@ from agents.policy import (
     register_backend,
     scale_temperature,
 )
+from agents.precision import autocast, compute_dtype
 
 
 def left_pad(prompts: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -85,9 +86,10 @@ class ModelHost:
             tokenizer.pad_token = tokenizer.eos_token
         self.adapters: list[str] = []
         self.truncations = 0
-        # candidate scores by adapter (None: base), then (prompt, candidate): small games
-        # revisit a few states all the time.  An adapter's entries last until its weights or
-        # the base's change, so frozen league snapshots keep theirs while the policy trains
+        # candidate scores by adapter (None: base), then (prompt, candidate, compute dtype):
+        # small games revisit a few states all the time.  An adapter's entries last until its
+        # weights or the base's change, so frozen league snapshots keep theirs while the
+        # policy trains
         self._memo: dict[str | None, dict[tuple, float]] = {}
         self._memo_version: dict[str | None, tuple[int, ...]] = {}
         self._owners: dict[str | None, list[torch.Tensor]] | None = None
@@ -258,7 +260,7 @@ class ModelHost:
         # let every sequence attend to that one cached copy.
         lcp = _common_prefix(prompts) if len(seqs) > 1 else 0
         lcp = lcp if lcp >= 16 else 0
-        cache, mask = self._shared_head(seqs[0][:lcp], len(seqs))
+        cache, mask = self._shared_heads([seqs[0][:lcp]], [0] * len(seqs))
         hidden, _, _ = self._extend([q[lcp:] for q in seqs], torch.full((len(seqs),), lcp),
                                     cache, mask)
         logits = self._logits(hidden)
@@ -304,13 +306,16 @@ class ModelHost:
         cache = out["cache"] if "cache" in out else out["past_key_values"]
         return out.last_hidden_state, cache, mask
 
-    def _shared_head(self, head: list[int], rows: int) -> tuple[Any, torch.Tensor | None]:
-        """Run ``head`` once; its cache and mask repeated for ``rows`` sequences to extend."""
-        if not head:
+    def _shared_heads(self, heads: list[list[int]], owner: list[int]
+                      ) -> tuple[Any, torch.Tensor | None]:
+        """Run each head once (right-padded together); row i of the returned cache and mask
+        is head ``owner[i]``'s, for the rows to extend.  Empty heads: nothing to share."""
+        if not all(heads):
             return None, None
-        _, cache, mask = self._extend([head], torch.tensor([0]))
-        cache.batch_repeat_interleave(rows)
-        return cache, mask.expand(rows, -1)
+        _, cache, mask = self._extend(heads, torch.zeros(len(heads), dtype=torch.long))
+        rows = torch.tensor(owner)
+        cache.batch_select_indices(rows.to(self.device))
+        return cache, mask[rows]
 
     def _tree_scores(self, prompts: list[list[int]], candidates: list[list[list[int]]]
                      ) -> list[torch.Tensor]:
@@ -322,7 +327,7 @@ class ModelHost:
         """
         head = _common_prefix(prompts) if len(prompts) > 1 else len(prompts[0]) - 1
         tails = [p[head:] for p in prompts]
-        cache, mask = self._shared_head(prompts[0][:head], len(prompts))
+        cache, mask = self._shared_heads([prompts[0][:head]], [0] * len(prompts))
         hidden, cache, mask = self._extend(tails, torch.full((len(prompts),), head), cache, mask)
         last = torch.tensor([len(t) - 1 for t in tails])
         first = hidden[torch.arange(len(prompts)), last.to(hidden.device)]  # predicts c[0]
@@ -361,6 +366,7 @@ class ModelHost:
             if version != self._memo_version.get(self._active) or len(known) > 200_000:
                 known.clear()
                 self._memo_version[self._active] = version
+        dtype = compute_dtype(self.device)  # bf16 and fp32 scores are remembered apart
         index: dict[tuple, int] = {}
         uniq_p: list[list[int]] = []
         uniq_c: list[list[int]] = []
@@ -368,7 +374,7 @@ class ModelHost:
         for p, cs in zip(prompts, candidates, strict=True):
             row = []
             for c in cs:
-                key = (tuple(p), tuple(c))
+                key = (tuple(p), tuple(c), dtype)
                 if key not in index and key not in known:
                     index[key] = len(uniq_p)
                     uniq_p.append(p)
@@ -412,18 +418,51 @@ class ModelHost:
         self.adapters.remove(name)
         self._forget(name)
 
+    def _prefilled(self, prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor, Any]:
+        """The batch as ``generate`` takes it, each shared head already in the KV cache.
+
+        Prompts that share a head (:func:`head_clusters`: a seat's system prompt and rules)
+        have it run once per cluster; row i is laid out as its cluster's head (right-padded
+        to the longest head) followed by its own tail (left-padded), with the mask marking
+        the real tokens.  ``generate`` reads positions off the mask, so every token keeps
+        the position it has in its own prompt: the same distribution as without sharing.
+        Returns ids, mask and the cache (None: no two prompts share a head).
+        """
+        pad = self.tokenizer.pad_token_id
+        clusters = head_clusters(prompts) if len(prompts) > 1 else []
+        if all(len(c) == 1 for c in clusters):
+            return *left_pad(prompts, pad), None
+        heads, owner = [], [0] * len(prompts)
+        for k, cluster in enumerate(clusters):
+            heads.append(prompts[cluster[0]][: _common_prefix([prompts[i] for i in cluster])])
+            for i in cluster:
+                owner[i] = k
+        cache, head_mask = self._shared_heads(heads, owner)
+        if cache is None:
+            return *left_pad(prompts, pad), None
+        head_ids = torch.full(head_mask.shape, pad, dtype=torch.long)
+        for i, k in enumerate(owner):
+            head_ids[i, : len(heads[k])] = torch.tensor(heads[k])
+        tail_ids, tail_mask = left_pad([p[len(heads[k]):] for p, k in zip(prompts, owner,
+                                                                           strict=True)], pad)
+        return (torch.cat([head_ids, tail_ids], 1), torch.cat([head_mask, tail_mask], 1),
+                cache)
+
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], max_new_tokens: int, temperature: float,
-                 top_p: float, seed: int) -> tuple[list[list[int]], list[list[float]]]:
-        """Sample completions for a left-padded batch; returns token ids and their log-probs.
+                 top_p: float, seed: int, share_prefix: bool = True
+                 ) -> tuple[list[list[int]], list[list[float]]]:
+        """Sample completions for a batch; returns token ids and their log-probs.
 
-        Log-probs are of the sampling distribution ``softmax(logits / T)`` (``T = 1`` for
-        greedy: :func:`~agents.policy.scale_temperature`), cut at the first end-of-sequence
-        token.
+        With ``share_prefix`` the heads that prompts share are computed once
+        (:meth:`_prefilled`); without, the batch is simply left-padded.  Log-probs are of the
+        sampling distribution ``softmax(logits / T)`` (``T = 1`` for greedy:
+        :func:`~agents.policy.scale_temperature`), cut at the first end-of-sequence token.
         """
         pad = self.tokenizer.pad_token_id
         eos = self.tokenizer.eos_token_id
-        ids, mask = left_pad(prompts, pad)
+        ids, mask, cache = (self._prefilled(prompts) if share_prefix
+                            else (*left_pad(prompts, pad), None))
         width = ids.shape[1]
         argmax = greedy(temperature)
         with torch.random.fork_rng(devices=[]):
@@ -433,7 +472,8 @@ class ModelHost:
                 max_new_tokens=max_new_tokens, do_sample=not argmax,
                 temperature=None if argmax else temperature, top_p=None if argmax else top_p,
                 top_k=None, pad_token_id=pad, eos_token_id=eos,
-                output_logits=True, return_dict_in_generate=True)
+                output_logits=True, return_dict_in_generate=True,
+                **({self._cache_kw: cache} if cache is not None else {}))
         new = out.sequences[:, width:]
         scale = scale_temperature(temperature)
         # log softmax(z)[token] = z[token] - logsumexp(z), step by step: no (batch, steps,
@@ -456,10 +496,10 @@ class HFPolicy:
 
     def __init__(self, host: ModelHost, adapter: str | None = None, mode: str = "free",
                  temperature: float = 1.0, max_new_tokens: int = 64, top_p: float = 1.0,
-                 max_prompt_tokens: int = 1024, seed: int = 0) -> None:
+                 max_prompt_tokens: int = 1024, precision: str = "fp32", seed: int = 0) -> None:
         if mode not in ("free", "choice"):
             raise ValueError(f"decoding mode must be 'free' or 'choice', got {mode!r}")
-        self.host, self.adapter, self.mode = host, adapter, mode
+        self.host, self.adapter, self.mode, self.precision = host, adapter, mode, precision
         self.temperature, self.max_new_tokens, self.top_p = temperature, max_new_tokens, top_p
         self.max_prompt_tokens = max_prompt_tokens
         self.rng = random.Random(seed)
@@ -470,12 +510,16 @@ class HFPolicy:
     def _seed(self) -> int:
         return self.rng.randrange(2**31 - 1)
 
+    def _compute(self) -> contextlib.AbstractContextManager:
+        """This role's precision, on the device the host is on now (Ray may move it)."""
+        return autocast(self.precision, self.host.device)
+
     def act(self, requests: list[Request]) -> list[Response]:
         if not requests:
             return []
         prompts, cut = zip(*(self.host.prompt_ids(r.messages, self.max_prompt_tokens)
                              for r in requests), strict=True)
-        with self.host.use(self.adapter):
+        with self.host.use(self.adapter), self._compute():
             if self.mode == "choice":
                 return self._choose(requests, list(prompts), list(cut))
             comps, logps = self.host.generate(list(prompts), self.max_new_tokens,
@@ -506,7 +550,7 @@ class HFPolicy:
         semantics whatever this policy's mode): how table policies are read off a model."""
         prompts = [self.host.prompt_ids(r.messages, self.max_prompt_tokens)[0]
                    for r in requests]
-        with self.host.use(self.adapter):
+        with self.host.use(self.adapter), self._compute():
             _, scores = self._scores(requests, prompts)
         return [choice_probs(s, self.temperature) for s in scores]
 

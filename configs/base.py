@@ -1,6 +1,6 @@
 """The base of every config model, and the number types its fields use."""
 
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict
 
@@ -16,6 +16,10 @@ Int = Annotated[int, BeforeValidator(_not_bool)]
 #: A real-valued field: not a bool either (and, with the model's ``allow_inf_nan=False``,
 #: neither ``.inf`` nor ``.nan``).
 Float = Annotated[float, BeforeValidator(_not_bool)]
+
+#: Compute precision of a local model's forward passes: fp32, or bf16/fp16 autocast (weights,
+#: LoRA adapters and optimizer state stay fp32).  fp16 needs a GPU.
+Precision = Literal["fp32", "bf16", "fp16"]
 
 
 class StrictModel(BaseModel):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from configs.base import Float, Int, StrictModel
+from configs.base import Float, Int, Precision, StrictModel
 
 #: The most steps of anything (training steps, intervals counted in steps).
 MAX_STEPS = 10_000_000
@@ -108,6 +108,11 @@ class TrainConfig(StrictModel):
                                              "bounds the later ones (PPO epochs, TRL "
                                              "num_iterations).")
     max_grad_norm: Float = Field(1.0, gt=0, le=1e6)
+    precision: Precision = Field(
+        "fp32", description="Compute precision of the learner's forward and backward passes: "
+                            "fp32, or bf16/fp16 autocast; LoRA weights and AdamW state stay "
+                            "fp32 (DeepSpeed on a GPU: its bf16/fp16 mode with fp32 master "
+                            "weights). fp16 needs a GPU learner (ray.gpus_per_learner > 0).")
     seed: Int = 0
     concurrency: Int = Field(64, ge=1, le=65536, description="Games played at once per worker.")
     checkpoint_every: Int = Field(5, ge=1, le=MAX_STEPS)
@@ -120,6 +125,13 @@ class TrainConfig(StrictModel):
     league: LeagueConfig = Field(default_factory=LeagueConfig)
     ray: RayConfig = Field(default_factory=RayConfig)
     learner: LearnerConfig = Field(default_factory=LearnerConfig)
+
+    @model_validator(mode="after")
+    def _fp16_on_gpu(self) -> TrainConfig:
+        if self.precision == "fp16" and not (self.ray.enabled and self.ray.gpus_per_learner > 0):
+            raise ValueError("precision fp16 needs a GPU learner (ray.enabled with "
+                             "ray.gpus_per_learner > 0); on a CPU use bf16")
+        return self
 
     def with_overrides(self, steps: int | None = None, max_minutes: float | None = None,
                        address: str | None = None) -> TrainConfig:

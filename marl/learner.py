@@ -25,6 +25,7 @@ import torch
 
 from agents.hf import ModelHost
 from agents.policy import scale_temperature
+from agents.precision import autocast
 from marl.loss import grpo_loss
 from marl.optim import Optimizer, OptimizerFactory, TorchAdamW
 
@@ -92,10 +93,12 @@ class Learner:
     def __init__(self, host: ModelHost, adapters: list[str], lr: float, clip_low: float = 0.2,
                  clip_high: float = 0.28, kl: float = 0.0, entropy: float = 0.0,
                  max_grad_norm: float = 1.0, micro_batch: int = 16, epochs: int = 1,
-                 optimizer: OptimizerFactory = TorchAdamW) -> None:
+                 precision: str = "fp32", optimizer: OptimizerFactory = TorchAdamW) -> None:
         if epochs < 1:
             raise ValueError(f"epochs must be >= 1, got {epochs}")
+        autocast(precision, host.device)  # refuses what this device cannot compute in, now
         self.host, self.adapters, self.epochs = host, list(adapters), epochs
+        self.precision = precision
         self.clip_low, self.clip_high, self.kl, self.entropy = clip_low, clip_high, kl, entropy
         self.max_grad_norm, self.micro_batch = max_grad_norm, micro_batch
         self.params = [p for n, p in host.model.named_parameters()
@@ -109,16 +112,18 @@ class Learner:
 
     # ----- the loss of one micro-batch
     def _micro_loss(self, items: list[TrainItem], n_total: int):
-        """Loss of ``items`` scaled by their share of the batch's tokens."""
+        """Loss of ``items`` scaled by their share of the batch's tokens, its forwards in
+        the learner's precision (the backward follows the forward's dtypes)."""
         logp_fn = self._choice_logp if items[0].candidate_ids is not None else self._free_logp
         adv = torch.tensor([it.advantage for it in items], device=self.host.device)
-        logp, old, mask, ent = logp_fn(items)
-        ref = None
-        if self.kl > 0:  # the frozen reference is the base with adapters disabled
-            with torch.no_grad(), self.host.use(None):
-                ref = logp_fn(items)[0]
-        parts = grpo_loss(logp, old, adv, mask, self.clip_low, self.clip_high, ref, self.kl,
-                          ent, self.entropy)
+        with autocast(self.precision, self.host.device):
+            logp, old, mask, ent = logp_fn(items)
+            ref = None
+            if self.kl > 0:  # the frozen reference is the base with adapters disabled
+                with torch.no_grad(), self.host.use(None):
+                    ref = logp_fn(items)[0]
+            parts = grpo_loss(logp, old, adv, mask, self.clip_low, self.clip_high, ref,
+                              self.kl, ent, self.entropy)
         share = float(mask.sum()) / n_total
         return parts, share
 

@@ -11,7 +11,8 @@ DeepSpeed on one process
 ------------------------
 One learner process owns one base model (world size 1), so ZeRO shards nothing here; what the
 backend brings is DeepSpeed's engine (bf16/fp16 mixed precision with fp32 master weights on a
-GPU, its clipping and overflow handling) and a code path that a multi-rank learner can reuse.
+GPU when ``train.precision`` asks for it, its clipping and overflow handling) and a code path
+that a multi-rank learner can reuse.
 To run it in an ordinary process:
 
 - a process group is started if there is none: gloo on CPU (NCCL on a GPU), world size 1, on a
@@ -125,20 +126,27 @@ class TorchAdamW:
 # ----- DeepSpeed
 
 
-def deepspeed_config(zero_stage: int, max_grad_norm: float, device: torch.device) -> dict:
+def deepspeed_config(zero_stage: int, max_grad_norm: float, device: torch.device,
+                     precision: str = "fp32") -> dict:
     """The DeepSpeed config of one learner.
 
     Batch sizes are 1 and accumulation is unmanaged: the learner decides how many micro-batches
     a step has (they vary with the batch), calls ``backward`` for each and ``step`` once; with
     ``managed_gradient_accumulation`` off, DeepSpeed neither rescales the losses nor reduces
-    before ``step``.  Half precision only on a GPU: on a CPU bf16 matmuls are slow and fp16 ones
-    unsupported, and fp32 keeps the result equal to the torch backend's.
+    before ``step``.  DeepSpeed's half-precision modes (the model in bf16/fp16, fp32 master
+    weights and AdamW state) only on a GPU: on a CPU the weights stay fp32, as with the torch
+    backend, and a bf16 ``precision`` is the learner's autocast alone.
     """
     if zero_stage not in (1, 2, 3):
         raise ValueError(f"zero_stage must be 1, 2 or 3, not {zero_stage} (no ZeRO: use the "
                          "torch backend)")
     cuda = device.type == "cuda"
-    bf16 = cuda and torch.cuda.is_bf16_supported()
+    if precision == "fp16" and not cuda:
+        raise ValueError(f"precision fp16 needs a GPU but the learner is on {device.type}; "
+                         "use bf16 (or fp32)")
+    if precision == "bf16" and cuda and not torch.cuda.is_bf16_supported():
+        raise ValueError("precision bf16: this GPU has no bf16; use fp16 (or fp32)")
+    bf16, fp16 = cuda and precision == "bf16", cuda and precision == "fp16"
     return {
         "train_micro_batch_size_per_gpu": 1,
         "gradient_accumulation_steps": 1,
@@ -147,7 +155,7 @@ def deepspeed_config(zero_stage: int, max_grad_norm: float, device: torch.device
         "zero_optimization": {"stage": zero_stage},
         "zero_allow_untested_optimizer": True,  # torch's AdamW as the client optimizer
         "bf16": {"enabled": bf16, "check_grad_overflow": True},
-        "fp16": {"enabled": cuda and not bf16},
+        "fp16": {"enabled": fp16},
         "steps_per_print": 2**31 - 1,
         "wall_clock_breakdown": False,
     }
@@ -203,11 +211,11 @@ class DeepSpeedAdamW:
     """
 
     def __init__(self, model: torch.nn.Module, params: Params, lr: float, max_grad_norm: float,
-                 zero_stage: int = 1, extra: dict | None = None) -> None:
+                 zero_stage: int = 1, extra: dict | None = None, precision: str = "fp32") -> None:
         self.params, self.stage = params, zero_stage
         device = params[0].device
         self.ds = start_deepspeed(device)
-        config = deepspeed_config(zero_stage, max_grad_norm, device)
+        config = deepspeed_config(zero_stage, max_grad_norm, device, precision)
         for key, value in (extra or {}).items():
             config[key] = ({**config[key], **value} if isinstance(value, dict)
                            and isinstance(config.get(key), dict) else value)
@@ -347,12 +355,13 @@ class DeepSpeedAdamW:
                         safe_set_full_fp32_param(p, p.detach().float())
 
 
-def make_optimizer(backend: str = "torch", zero_stage: int = 1) -> OptimizerFactory:
+def make_optimizer(backend: str = "torch", zero_stage: int = 1,
+                   precision: str = "fp32") -> OptimizerFactory:
     """The factory of ``train.learner.backend``: called as ``(model, params, lr,
-    max_grad_norm)``."""
+    max_grad_norm)``.  Torch's AdamW steps the fp32 parameters whatever ``precision``."""
     if backend == "torch":
         return TorchAdamW
     if backend == "deepspeed":
         return lambda model, params, lr, max_grad_norm: DeepSpeedAdamW(
-            model, params, lr, max_grad_norm, zero_stage=zero_stage)
+            model, params, lr, max_grad_norm, zero_stage=zero_stage, precision=precision)
     raise ValueError(f"unknown learner backend {backend!r}; known: torch, deepspeed")

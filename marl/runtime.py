@@ -86,8 +86,9 @@ class LearnerProcess:
                                clip_low=tc.clip_low, clip_high=tc.clip_high, kl=tc.kl,
                                entropy=tc.entropy, max_grad_norm=tc.max_grad_norm,
                                micro_batch=tc.learner.micro_batch, epochs=tc.epochs,
+                               precision=tc.precision,
                                optimizer=make_optimizer(tc.learner.backend,
-                                                        tc.learner.zero_stage))
+                                                        tc.learner.zero_stage, tc.precision))
 
     def update(self, items: list[TrainItem], seed: int, lr: float | None = None) -> UpdateStats:
         torch.manual_seed(seed)

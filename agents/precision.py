@@ -1,0 +1,44 @@
+"""Compute precision of the transformers path: fp32, or bf16/fp16 autocast around forwards.
+
+The weights stay as loaded (fp32): autocast runs the matrix products in half precision (bf16 on
+CPUs with AMX and on GPUs, fp16 on GPUs only) and keeps precision-sensitive ops (softmax,
+norms, losses) in fp32.  LoRA weights, their gradients and the optimizer state therefore stay
+fp32 whatever the compute precision.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+#: ``decoding.precision`` / ``train.precision`` -> the autocast dtype (None: plain fp32).
+PRECISIONS: dict[str, torch.dtype | None] = {
+    "fp32": None,
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+}
+
+
+def autocast(precision: str, device: torch.device | str) -> contextlib.AbstractContextManager:
+    """A block whose forward passes on ``device`` compute in ``precision``.
+
+    fp16 is refused off a GPU: CPU fp16 kernels are slow and fp16 without loss scaling
+    underflows; bf16 has fp32's exponent range and needs neither.
+    """
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; known: {', '.join(PRECISIONS)}")
+    dtype = PRECISIONS[precision]
+    device = torch.device(device)
+    if dtype is None:
+        return contextlib.nullcontext()
+    if dtype is torch.float16 and device.type != "cuda":
+        raise ValueError(f"precision fp16 needs a GPU but the model is on {device.type}; "
+                         "use bf16 (or fp32)")
+    return torch.autocast(device.type, dtype=dtype)
+
+
+def compute_dtype(device: torch.device | str) -> torch.dtype:
+    """The dtype that matrix products run in here: autocast's where it is on, else fp32."""
+    kind = torch.device(device).type
+    return torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else torch.float32
