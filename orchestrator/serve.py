@@ -63,7 +63,9 @@ class Limits:
     max_queue: int = 1024  # requests waiting or running; 429 beyond
     max_connections: int = 2048  # uvicorn answers 503 beyond
     header_timeout_s: float = 10.0  # a connection that sends no complete request head is closed
-    keep_alive_s: float = 5.0
+    # longer than clients keep idle connections (httpx, hence the openai client: 5 s), so a
+    # client never sends on a connection the server is closing at that very moment
+    keep_alive_s: float = 15.0
     request_timeout_s: float = 600.0  # 504 when the team has not answered by then
 
 
