@@ -196,7 +196,7 @@ def main() -> None:
             ("wall time for all clients (s)", f"{wall:.1f}"),
             ("team batches (mean size)",
              f"{batches:.0f} ({series(metrics, 'marl_batch_size_sum') / max(batches, 1):.1f})"),
-            ("slow connections: held / opened / closed by server",
+            ("slow connections: kept open / opened / closed by server",
              f"{args.slow} / {tally.slow_opened} / {tally.slow_closed_by_server}"),
             ("fewest slow connections open at a probe (clients running)",
              str(tally.slow_open_min)),
