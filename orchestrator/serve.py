@@ -619,11 +619,10 @@ def serve(team: Team, host: str = "127.0.0.1", port: int = 8000, *, api_key: str
           "Ctrl-C to stop", flush=True)
     try:
         server.serve_forever()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # uvicorn shut down, then raised the signal again
         pass
     finally:
-        server.socket.close()
-        server.batcher.close()
+        server.stop()
 
 
 __all__ = ["LOOPBACK", "ChatCompletionRequest", "Limits", "Metrics", "RequestError",
