@@ -60,7 +60,8 @@ def serve_cmd(
         help="Require `Authorization: Bearer $VAR` (name of the variable).")] = None,
     max_batch: Annotated[int, typer.Option(min=1, help="Requests batched together.")] = 16,
 ) -> None:
-    """Serve the team as an OpenAI-compatible API (/v1/chat/completions, /v1/models)."""
+    """Serve the team as an OpenAI-compatible API (/v1/chat/completions, /v1/models), with
+    /health, /metrics (Prometheus) and /docs."""
     quiet_transformers()
     from rich.console import Console
 

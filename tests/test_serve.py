@@ -1,10 +1,12 @@
 """`marl serve`: an OpenAI-compatible server for a team, on loopback, called with the openai
-client and with plain HTTP (httpx), streaming and not; requests arriving together batch."""
+client and with plain HTTP (httpx), streaming and not; requests arriving together batch; bad
+requests get a 4xx in OpenAI's format and fail alone; limits, metrics, docs."""
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -18,7 +20,7 @@ import yaml
 
 from agents.policy import Request, Response
 from configs import TeamConfig, load_config
-from orchestrator.serve import TeamServer, make_server
+from orchestrator.serve import Limits, TeamServer, make_server
 from orchestrator.team import Team
 
 REPO = Path(__file__).parents[1]
@@ -213,3 +215,217 @@ def test_marl_serve_cli_on_loopback(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def _error(r: httpx.Response, status: int) -> str:
+    """The message of an OpenAI-format error answer with this status."""
+    assert r.status_code == status, (r.status_code, r.text)
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"} and isinstance(err["message"], str)
+    return err["message"]
+
+
+def test_malformed_requests_get_a_4xx_in_openai_format(team: Team) -> None:
+    ok = {"model": "solver-critic-judge", "messages": [{"role": "user", "content": QUESTION}]}
+    json_bad = [b"{not json", b"", b"[]", b"null", b'"text"', b"{}",
+                b'{"messages": [{"role": "user", "content": "\\ud800"}]}',  # a lone surrogate
+                b'{"messages": [{"role": "user", "content": "caf\xe9"}]}',  # not UTF-8
+                b'{"messages": [{"role": "user", "content": "x"}]' + b" " * 3000 + b"x"]
+    bodies = [{"messages": "hi"}, {"messages": []}, {"messages": [{"content": "x"}]},
+              {"messages": [{"role": 1, "content": "x"}]},
+              {"messages": [{"role": "user", "content": 5}]},
+              {"messages": [{"role": "user"}]},
+              {"messages": [{"role": "assistant", "content": "x"}]},
+              {**ok, "stream": "yes"}, {**ok, "model": 5},
+              {**ok, "stream_options": {"include_usage": "maybe"}},
+              {"messages": [{"role": "user", "content": "x" * 3000}]},
+              {"messages": [{"role": "user", "content": "x"}] * 9}]
+    limits = Limits(max_body_bytes=8192, max_messages=8, max_task_chars=2000)
+    with make_server(team, port=0, limits=limits) as srv, \
+            httpx.Client(base_url=srv.url, timeout=30) as http:
+        for raw in json_bad:
+            _error(http.post("/chat/completions", content=raw,
+                             headers={"Content-Type": "application/json"}), 400)
+        for body in bodies:
+            _error(http.post("/chat/completions", json=body), 400)
+        assert "not valid Unicode: surrogates not allowed" in _error(http.post(
+            "/chat/completions", content=json_bad[6],
+            headers={"Content-Type": "application/json"}), 400)
+        assert "over 8192 bytes" in _error(http.post(
+            "/chat/completions", content=b"{" + b" " * 20000 + b"}",
+            headers={"Content-Type": "application/json"}), 413)
+        assert "over 8192 bytes" in _error(http.post(  # no Content-Length: counted as it comes
+            "/chat/completions", content=iter([b"{", b" " * 9000, b"}"]),
+            headers={"Content-Type": "application/json"}), 413)
+        _error(http.post("/chat/completions", content=json.dumps(ok).encode(),
+                         headers={"Content-Type": "text/plain"}), 400)
+        assert http.get("/chat/completions").status_code == 405
+        r = http.post("/chat/completions", json=ok)  # and the server still answers
+        assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"]
+
+
+class Picky:
+    """A policy that fails on some questions, the way a tokenizer fails on text it rejects."""
+
+    def __init__(self) -> None:
+        self.gate = Gate()
+
+    def act(self, requests: list[Request]) -> list[Response]:
+        for r in requests:
+            if "surrogate" in r.messages[-1]["content"]:
+                raise UnicodeEncodeError("utf-8", "\ud800", 0, 1, "surrogates not allowed")
+            if "boom" in r.messages[-1]["content"]:
+                raise RuntimeError("boom")
+        return self.gate.act(requests)
+
+
+def test_one_bad_request_in_a_batch_fails_alone() -> None:
+    picky = Picky()
+    cfg = tiny_chain()
+    team = Team.from_config(cfg, policies={r.name: picky for r in cfg.roles})
+    with make_server(team, port=0) as srv:
+        replies: dict[str, httpx.Response] = {}
+
+        def ask(q: str) -> None:
+            with httpx.Client(base_url=srv.url, timeout=60) as http:
+                replies[q] = http.post("/chat/completions",
+                                       json={"messages": [{"role": "user", "content": q}]})
+
+        first = threading.Thread(target=ask, args=("q1",))
+        first.start()
+        assert picky.gate.entered.wait(30)
+        rest = [threading.Thread(target=ask, args=(q,)) for q in ("q2", "boom", "surrogate")]
+        for t in rest:
+            t.start()
+        deadline = time.time() + 30
+        while srv.batcher.queue.qsize() < 3 and time.time() < deadline:
+            time.sleep(0.01)
+        picky.gate.release.set()
+        for t in [first, *rest]:
+            t.join(30)
+    assert replies["q1"].status_code == replies["q2"].status_code == 200
+    assert "the team failed: boom" in _error(replies["boom"], 500)
+    assert "cannot read this input" in _error(replies["surrogate"], 400)
+    # q2, boom and surrogate came as one batch; it failed, so each ran again on its own
+    assert [sorted(b) for b in picky.gate.batches] == [["q1"]] * 3 + [["q2"]] * 3
+
+
+class Stepper:
+    """A policy that says one turn per ``step.release()``."""
+
+    def __init__(self) -> None:
+        self.step = threading.Semaphore(0)
+
+    def act(self, requests: list[Request]) -> list[Response]:
+        assert self.step.acquire(timeout=30)
+        return [Response(text="said") for _ in requests]
+
+
+def test_streaming_sends_each_turn_as_it_finishes() -> None:
+    stepper = Stepper()
+    cfg = tiny_chain()
+    team = Team.from_config(cfg, policies={r.name: stepper for r in cfg.roles})
+    body = {"messages": [{"role": "user", "content": QUESTION}], "stream": True}
+    with make_server(team, port=0) as srv, httpx.Client(base_url=srv.url, timeout=10) as http:
+        with http.stream("POST", "/chat/completions", json=body) as s:
+            chunks = (json.loads(ln[6:]) for ln in s.iter_lines() if ln.startswith("data: {"))
+            assert next(chunks)["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+            for node in ("solver@0", "critic@0", "judge@0"):
+                stepper.step.release()  # the next agent may speak; nothing else will come
+                turn = next(chunks)
+                assert turn["marl"]["turn"]["node"] == node
+                assert turn["choices"][0]["delta"] == {"reasoning_content": f"{node}: said\n\n"}
+                assert turn["choices"][0]["finish_reason"] is None
+            rest = list(chunks)
+        assert "".join(c["choices"][0]["delta"].get("content", "") for c in rest) == "said"
+        assert rest[-1]["choices"][0]["finish_reason"] == "stop"
+
+
+def test_a_client_leaving_mid_stream_prints_nothing(capfd: pytest.CaptureFixture) -> None:
+    stepper = Stepper()
+    cfg = tiny_chain()
+    team = Team.from_config(cfg, policies={r.name: stepper for r in cfg.roles})
+    body = {"messages": [{"role": "user", "content": QUESTION}], "stream": True}
+    with make_server(team, port=0) as srv, httpx.Client(base_url=srv.url, timeout=10) as http:
+        with http.stream("POST", "/chat/completions", json=body) as s:
+            next(s.iter_lines())
+        for _ in range(6):  # the team finishes for the client that has gone, then the next
+            stepper.step.release()
+        assert http.post("/chat/completions", json={**body, "stream": False}).status_code == 200
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "Error" not in err
+
+
+def test_limits_queue_timeout_and_slow_headers(team: Team) -> None:
+    gate = Gate()
+    cfg = tiny_chain()
+    held = Team.from_config(cfg, policies={r.name: gate for r in cfg.roles})
+    limits = Limits(max_queue=1, request_timeout_s=1.0, header_timeout_s=0.5)
+    body = {"messages": [{"role": "user", "content": QUESTION}]}
+    with make_server(held, port=0, limits=limits) as srv, \
+            httpx.Client(base_url=srv.url, timeout=30) as http:
+        slow = socket.create_connection(srv.server_address[:2])
+        slow.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")  # and no more
+        replies: list[httpx.Response] = []
+        first = threading.Thread(target=lambda: replies.append(
+            http.post("/chat/completions", json=body)))
+        first.start()
+        assert gate.entered.wait(30)
+        assert "try again later" in _error(http.post("/chat/completions", json=body), 429)
+        first.join(30)
+        assert "did not answer in time" in _error(replies[0], 504)
+        slow.settimeout(5)
+        assert slow.recv(100) == b""  # closed by the server, no request head in time
+        slow.close()
+        assert http.get(srv.url.removesuffix("/v1") + "/health").status_code == 200
+        gate.release.set()
+
+
+def _metric(text: str, series: str) -> float:
+    (line,) = [ln for ln in text.splitlines() if ln.startswith(series + " ")]
+    return float(line.rsplit(" ", 1)[1])
+
+
+def test_metrics_count_requests_tokens_and_batches(team: Team) -> None:
+    body = {"messages": [{"role": "user", "content": QUESTION}]}
+    with make_server(team, port=0) as srv, httpx.Client(base_url=srv.url, timeout=60) as http:
+        for _ in range(2):
+            assert http.post("/chat/completions", json=body).status_code == 200
+        assert http.post("/chat/completions", json={"messages": []}).status_code == 400
+        r = http.get(srv.url.removesuffix("/v1") + "/metrics")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    route = 'method="POST",route="/v1/chat/completions"'
+    assert _metric(r.text, f'marl_requests_total{{{route},status="200"}}') == 2
+    assert _metric(r.text, f'marl_requests_total{{{route},status="400"}}') == 1
+    assert _metric(r.text, 'marl_request_duration_seconds_count{route="/v1/chat/completions"}'
+                   ) == 3
+    assert _metric(r.text, 'marl_tokens_total{kind="completion"}') > 0
+    assert _metric(r.text, "marl_batch_size_count") == 2
+    assert _metric(r.text, "marl_pending_requests") == 0
+
+
+def test_api_key_is_compared_in_constant_time_and_docs_answer(
+        team: Team, monkeypatch: pytest.MonkeyPatch) -> None:
+    import hmac
+
+    compared: list[bytes] = []
+    real = hmac.compare_digest
+    monkeypatch.setattr(hmac, "compare_digest", lambda a, b: compared.append(a) or real(a, b))
+    root = None
+    with make_server(team, port=0, api_key="s3cret") as srv:
+        root = srv.url.removesuffix("/v1")
+        with httpx.Client(base_url=root, timeout=30) as http:
+            for headers in ({}, {"Authorization": "Bearer wrong"},
+                            {"Authorization": "Bearer s3cret2"}, {"Authorization": "s3cret"}):
+                assert "API key" in _error(http.get("/v1/models", headers=headers), 401)
+                _error(http.post("/v1/chat/completions", headers=headers, content=b"{bad"),
+                       401)
+            assert _error(http.get("/health"), 401)
+            good = {"Authorization": "Bearer s3cret"}
+            assert http.get("/health", headers=good).json()["status"] == "ok"
+            assert http.get("/metrics", headers=good).status_code == 200
+            docs = http.get("/docs")  # the API's schema needs no key
+            assert docs.status_code == 200 and "swagger" in docs.text.lower()
+            schema = http.get("/openapi.json").json()
+            assert "/v1/chat/completions" in schema["paths"]
+    assert b"Bearer wrong" in compared
