@@ -23,6 +23,7 @@ import torch
 from agents.builder import Roster, build_roster, host_key
 from agents.rollout import Episode
 from configs import TeamConfig
+from configs.schema import LOCAL_BACKENDS
 from marl.league import Weights
 from marl.learner import Learner, TrainItem, UpdateStats
 from marl.optim import make_optimizer
@@ -33,7 +34,7 @@ def trainable_hosts(cfg: TeamConfig) -> dict[str, list[str]]:
     """Base-model key -> the trainable roles (adapters) on it: one learner per key."""
     out: dict[str, list[str]] = defaultdict(list)
     for r in cfg.roles:
-        if r.adapter is not None and r.backend == "hf":
+        if r.adapter is not None and r.backend in LOCAL_BACKENDS:
             out[host_key(cfg, r)].append(r.name)
     return dict(out)
 
