@@ -85,7 +85,7 @@ class VLLMEngine:
     """
 
     def __init__(self, model: str, device: str | None = None, weight_sync: str | None = None,
-                 max_model_len: int = 4096, seed: int = 0, max_lora_rank: int = 64,
+                 max_model_len: int | None = None, seed: int = 0, max_lora_rank: int = 64,
                  max_loras: int = 8, **engine_kwargs: Any) -> None:
         for k, v in CPU_ENV.items():  # read when the engine starts; harmless on GPU
             os.environ.setdefault(k, v)

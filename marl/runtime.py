@@ -25,7 +25,7 @@ from agents.rollout import Episode
 from configs import TeamConfig
 from configs.schema import LOCAL_BACKENDS
 from marl.league import Weights
-from marl.learner import Learner, TrainItem, UpdateStats
+from marl.learner import Learner, TrainItem, UpdateStats, mismatch_correction
 from marl.optim import make_optimizer
 from marl.workers import EpisodeSpec, RolloutWorker
 
@@ -47,12 +47,15 @@ class LearnerProcess:
         tc = team.train
         assert tc is not None
         roster = roster or build_roster(team)
-        self.learner = Learner(roster.hosts[key], trainable_hosts(team)[key], lr=tc.lr,
+        roles = trainable_hosts(team)[key]
+        self.learner = Learner(roster.hosts[key], roles, lr=tc.lr,
                                clip_low=tc.clip_low, clip_high=tc.clip_high, kl=tc.kl,
                                entropy=tc.entropy, max_grad_norm=tc.max_grad_norm,
                                micro_batch=tc.learner.micro_batch, epochs=tc.epochs,
                                optimizer=make_optimizer(tc.learner.backend,
-                                                        tc.learner.zero_stage))
+                                                        tc.learner.zero_stage),
+                               correction=mismatch_correction(team, roles),
+                               tis_cap=tc.mismatch.cap)
 
     def update(self, items: list[TrainItem], seed: int, lr: float | None = None) -> UpdateStats:
         torch.manual_seed(seed)
