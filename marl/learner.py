@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 import torch
@@ -26,6 +26,7 @@ import torch
 from agents.hf import ModelHost
 from agents.policy import scale_temperature
 from agents.precision import autocast
+from configs import TeamConfig
 from marl.loss import grpo_loss
 from marl.optim import Optimizer, OptimizerFactory, TorchAdamW
 
@@ -43,6 +44,7 @@ class TrainItem:
     candidate_ids: list[list[int]] | None = None  # choice decoding
     choice: int = 0
     temperature: float = 1.0  # the decision's sampling temperature (0: greedy)
+    weights: list[float] | None = None  # truncated importance weights (mismatch tis)
 
 
 @dataclass
@@ -55,6 +57,21 @@ class UpdateStats:
     entropy: float
     tokens: int
     skipped: bool = False
+    mismatch: float | None = None  # mean |log pi_engine - log pi_learner| (corrections only)
+
+
+#: How the ratio's old log-probs relate to the sampling engine's (train.mismatch).
+CORRECTIONS = ("none", "recompute", "tis")
+
+
+def mismatch_correction(cfg: TeamConfig, roles: list[str]) -> str:
+    """``train.mismatch.correction`` for the learner of ``roles``, ``auto`` resolved:
+    recompute when one of them samples on an engine other than the learner's (vllm)."""
+    assert cfg.train is not None
+    c = cfg.train.mismatch.correction
+    if c != "auto":
+        return c
+    return "recompute" if any(cfg.role(r).backend == "vllm" for r in roles) else "none"
 
 
 class _GradTap:
@@ -93,10 +110,14 @@ class Learner:
     def __init__(self, host: ModelHost, adapters: list[str], lr: float, clip_low: float = 0.2,
                  clip_high: float = 0.28, kl: float = 0.0, entropy: float = 0.0,
                  max_grad_norm: float = 1.0, micro_batch: int = 16, epochs: int = 1,
-                 precision: str = "fp32", optimizer: OptimizerFactory = TorchAdamW) -> None:
+                 precision: str = "fp32", optimizer: OptimizerFactory = TorchAdamW,
+                 correction: str = "none", tis_cap: float = 2.0) -> None:
         if epochs < 1:
             raise ValueError(f"epochs must be >= 1, got {epochs}")
         autocast(precision, host.device)  # refuses what this device cannot compute in, now
+        if correction not in CORRECTIONS:
+            raise ValueError(f"correction must be one of {CORRECTIONS}, got {correction!r}")
+        self.correction, self.tis_cap = correction, tis_cap
         self.host, self.adapters, self.epochs = host, list(adapters), epochs
         self.precision = precision
         self.clip_low, self.clip_high, self.kl, self.entropy = clip_low, clip_high, kl, entropy
@@ -122,8 +143,13 @@ class Learner:
             if self.kl > 0:  # the frozen reference is the base with adapters disabled
                 with torch.no_grad(), self.host.use(None):
                     ref = logp_fn(items)[0]
+            weights = None
+            if items[0].weights is not None:
+                weights = torch.zeros_like(mask)
+                for i, it in enumerate(items):
+                    weights[i, : len(it.weights)] = torch.tensor(it.weights, device=mask.device)
             parts = grpo_loss(logp, old, adv, mask, self.clip_low, self.clip_high, ref,
-                              self.kl, ent, self.entropy)
+                              self.kl, ent, self.entropy, weights)
         share = float(mask.sum()) / n_total
         return parts, share
 
@@ -186,11 +212,39 @@ class Learner:
         items = [it for it in items if it.completion_ids or it.candidate_ids]
         n_total = sum(1 if it.candidate_ids is not None else len(it.completion_ids)
                       for it in items)
+        mismatch = None
+        if self.correction != "none" and items:
+            items, mismatch = self._relabel(items)
         for _ in range(self.epochs):
             stats = self._step(items, n_total)
             if stats.skipped:
                 break
+        stats.mismatch = mismatch
         return stats
+
+    @torch.no_grad()
+    def _relabel(self, items: list[TrainItem]) -> tuple[list[TrainItem], float]:
+        """The items with the learner's own log-probs as the ratio's old ones (and, for
+        ``tis``, per-token weights ``min(pi_learner / pi_engine, cap)``), plus the mean
+        ``|log pi_engine - log pi_learner|`` over their tokens (verl, OpenRLHF)."""
+        out, diffs = [], []
+        by_adapter: dict[tuple, list[TrainItem]] = defaultdict(list)
+        for it in items:
+            by_adapter[(it.adapter, it.candidate_ids is not None)].append(it)
+        for (adapter, choice), group in sorted(by_adapter.items()):
+            logp_fn = self._choice_logp if choice else self._free_logp
+            with self.host.use(adapter):
+                for chunk in self._chunks(group):
+                    logp = logp_fn(chunk)[0]
+                    for i, it in enumerate(chunk):
+                        mine = logp[i, : len(it.old_logprobs)]
+                        engine = torch.tensor(it.old_logprobs, device=mine.device)
+                        diffs.append((engine - mine).abs())
+                        w = None
+                        if self.correction == "tis":
+                            w = (mine - engine).exp().clamp(max=self.tis_cap).tolist()
+                        out.append(replace(it, old_logprobs=mine.tolist(), weights=w))
+        return out, float(torch.cat(diffs).mean())
 
     def _step(self, items: list[TrainItem], n_total: int) -> UpdateStats:
         """Accumulate the loss of every item, per agent, then take one clipped step."""

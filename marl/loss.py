@@ -30,14 +30,16 @@ class LossParts:
 def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor,
               mask: torch.Tensor, clip_low: float = 0.2, clip_high: float = 0.2,
               ref_logp: torch.Tensor | None = None, beta: float = 0.0,
-              entropy: torch.Tensor | None = None, entropy_coef: float = 0.0) -> LossParts:
+              entropy: torch.Tensor | None = None, entropy_coef: float = 0.0,
+              weights: torch.Tensor | None = None) -> LossParts:
     """All tensors are [decisions, tokens] except ``adv`` [decisions] and ``entropy``
-    [decisions] (mean entropy per decision); ``mask`` is 1 on real tokens."""
+    [decisions] (mean entropy per decision); ``mask`` is 1 on real tokens; ``weights``
+    (truncated importance weights of the sampling engine) scale each token's surrogate."""
     n = mask.sum().clamp(min=1)
     ratio = torch.exp(logp - old_logp)
     a = adv[:, None]
     surr = torch.minimum(ratio * a, ratio.clamp(1 - clip_low, 1 + clip_high) * a)
-    per_token = -surr
+    per_token = -surr if weights is None else -surr * weights
     kl = torch.zeros((), device=logp.device)
     if ref_logp is not None and beta > 0:
         q = ref_logp - logp

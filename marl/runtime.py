@@ -27,9 +27,10 @@ import torch
 from agents.builder import Roster, build_roster, host_key
 from agents.rollout import Episode
 from configs import TeamConfig
+from configs.schema import LOCAL_BACKENDS
 from infra.actors import ActorPool, start_ray
 from marl.league import Weights
-from marl.learner import Learner, TrainItem, UpdateStats
+from marl.learner import Learner, TrainItem, UpdateStats, mismatch_correction
 from marl.optim import make_optimizer
 from marl.workers import EpisodeSpec, RolloutWorker
 from orchestrator.participants import ParticipantId
@@ -69,7 +70,7 @@ def trainable_hosts(cfg: TeamConfig) -> dict[str, list[str]]:
     """Base-model key -> the trainable roles (adapters) on it: one learner per key."""
     out: dict[str, list[str]] = defaultdict(list)
     for r in cfg.roles:
-        if r.adapter is not None and r.backend == "hf":
+        if r.adapter is not None and r.backend in LOCAL_BACKENDS:
             out[host_key(cfg, r)].append(r.name)
     return dict(out)
 
@@ -82,13 +83,16 @@ class LearnerProcess:
         tc = team.train
         assert tc is not None
         roster = roster or build_roster(team)
-        self.learner = Learner(roster.hosts[key], trainable_hosts(team)[key], lr=tc.lr,
+        roles = trainable_hosts(team)[key]
+        self.learner = Learner(roster.hosts[key], roles, lr=tc.lr,
                                clip_low=tc.clip_low, clip_high=tc.clip_high, kl=tc.kl,
                                entropy=tc.entropy, max_grad_norm=tc.max_grad_norm,
                                micro_batch=tc.learner.micro_batch, epochs=tc.epochs,
                                precision=tc.precision,
                                optimizer=make_optimizer(tc.learner.backend,
-                                                        tc.learner.zero_stage, tc.precision))
+                                                        tc.learner.zero_stage, tc.precision),
+                               correction=mismatch_correction(team, roles),
+                               tis_cap=tc.mismatch.cap)
 
     def update(self, items: list[TrainItem], seed: int, lr: float | None = None) -> UpdateStats:
         torch.manual_seed(seed)

@@ -293,7 +293,8 @@ class Trainer:
         m["decisions"] = len(turns)
         m["learner"] = {k: {"loss": s.loss, "grad_norm": s.grad_norm, "kl": s.kl,
                             "entropy": s.entropy, "clip_frac": s.clip_frac,
-                            "agent_grad_norms": s.agent_grad_norms, "skipped": s.skipped}
+                            "agent_grad_norms": s.agent_grad_norms, "skipped": s.skipped,
+                            **({} if s.mismatch is None else {"mismatch": s.mismatch})}
                         for k, s in stats.items()}
         return m
 

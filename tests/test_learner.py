@@ -3,6 +3,7 @@ step again against the sampling-time log-probs, where the clip acts."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -142,3 +143,30 @@ def test_scheduled_learning_rate_reaches_the_optimizer() -> None:
         return any(not torch.equal(v, learner.weights()["a"][k]) for k, v in before.items())
 
     assert moved(None) and not moved(0.0) and moved(0.01)
+
+
+def _shifted(items: list[TrainItem], by: float) -> list[TrainItem]:
+    """The batch as an engine with other numerics would have logged it."""
+    return [dataclasses.replace(it, old_logprobs=[x + by for x in it.old_logprobs])
+            for it in items]
+
+
+def test_recompute_makes_the_ratio_the_learners_and_logs_the_mismatch() -> None:
+    host = _host()
+    items = _batch(host)
+    exact = Learner(host, ["red"], lr=0.05).update(items)
+    host = _host()
+    fixed = Learner(host, ["red"], lr=0.05, correction="recompute").update(_shifted(items, 0.1))
+    assert fixed.mismatch == pytest.approx(0.1, abs=1e-5)
+    assert fixed.loss == pytest.approx(exact.loss, abs=1e-6)
+    assert exact.mismatch is None  # no correction: nothing recomputed
+
+
+def test_tis_weights_tokens_by_the_truncated_engine_ratio() -> None:
+    items = _batch(_host())
+    exact = Learner(_host(), ["red"], lr=0.05).update(items)
+    # engine log-probs 0.1 below the learner's: every weight exp(0.1), then capped at 1.05
+    tis = Learner(_host(), ["red"], lr=0.05, correction="tis",
+                  tis_cap=1.05).update(_shifted(items, -0.1))
+    assert tis.mismatch == pytest.approx(0.1, abs=1e-5)
+    assert tis.loss == pytest.approx(1.05 * exact.loss, rel=1e-5)

@@ -6,6 +6,8 @@ directory or a Hugging Face id all return ``(model, tokenizer)``. Nothing here k
 
 from __future__ import annotations
 
+from functools import partial
+
 from agents.models import smollm2
 from agents.models.cache import MANIFEST_NAME, atomic_model_dir, marl_home, model_cache_dir
 from agents.models.generation import generate, render_prompt
@@ -44,6 +46,15 @@ register_model(
         source="built in code, seed 0",
         build=build_tiny_random,
         cache=False,
+    )
+)
+register_model(
+    ModelSpec(
+        name="tiny-random-vllm",
+        description="random 2-layer Llama with vLLM-CPU's head size 64 (vLLM tests)",
+        source="built in code, seed 0, hidden 128, 2 heads",
+        build=partial(build_tiny_random, hidden_size=128, num_heads=2),
+        cache=True,  # vLLM loads models from a folder
     )
 )
 
