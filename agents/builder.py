@@ -124,7 +124,8 @@ def _vllm(role: RoleConfig, ctx: BuildContext) -> Policy:
     host, adapter = _host(role, ctx)
     key = "vllm:" + host_key(ctx.cfg, role)
     if key not in ctx.hosts:
-        ctx.hosts[key] = VLLMEngine(model_path(role.model), seed=ctx.seed)  # type: ignore
+        ctx.hosts[key] = VLLMEngine(model_path(role.model), seed=ctx.seed,  # type: ignore
+                                    precision=role.decoding.precision)
     dec = role.decoding
     return make_policy("vllm", engine=ctx.hosts[key], host=host, adapter=adapter,
                        mode=dec.mode, temperature=dec.temperature,

@@ -35,12 +35,15 @@ from agents.policy import Request, Response, choice_response, greedy, register_b
 CPU_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "all", "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
            "VLLM_CPU_KVCACHE_SPACE": "1"}
 
-#: Engine arguments per device.  On CPU: float32 (log-probs within 1e-5 of the learner's) and
-#: eager mode (start-up in seconds; torch.compile costs 1.5-2.5 minutes per start).
+#: Engine arguments per device.  On CPU: the in-process executor and eager mode (start-up in
+#: seconds; torch.compile costs 1.5-2.5 minutes per start).
 DEVICE_DEFAULTS: dict[str, dict[str, Any]] = {
-    "cpu": {"dtype": "float32", "enforce_eager": True, "distributed_executor_backend": "uni"},
+    "cpu": {"enforce_eager": True, "distributed_executor_backend": "uni"},
     "gpu": {},
 }
+#: A role's ``decoding.precision`` as the engine's dtype.  fp32 log-probs match the learner's to
+#: about 1e-5; bf16 ones differ by a few hundredths (the trainer's mismatch correction handles it).
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 WEIGHT_SYNC = {"cpu": "merge", "gpu": "lora"}
 
 
@@ -80,13 +83,15 @@ class VLLMEngine:
     """One vLLM ``LLM`` per base model, shared by every role on it.
 
     ``device`` is ``cpu`` or ``gpu`` (default: what the installed vLLM runs on); ``weight_sync``
-    ``merge`` or ``lora`` (default: :data:`WEIGHT_SYNC` of the device).  Prefix caching is on:
-    a seat's prompts share most of their tokens.
+    ``merge`` or ``lora`` (default: :data:`WEIGHT_SYNC` of the device); ``precision`` one of
+    :data:`DTYPES`.  Prefix caching is on by default: a seat's prompts share most of their
+    tokens.
     """
 
     def __init__(self, model: str, device: str | None = None, weight_sync: str | None = None,
                  max_model_len: int | None = None, seed: int = 0, max_lora_rank: int = 64,
-                 max_loras: int = 8, **engine_kwargs: Any) -> None:
+                 max_loras: int = 8, precision: str = "fp32", prefix_caching: bool = True,
+                 **engine_kwargs: Any) -> None:
         for k, v in CPU_ENV.items():  # read when the engine starts; harmless on GPU
             os.environ.setdefault(k, v)
         vllm = _import_vllm()
@@ -96,10 +101,14 @@ class VLLMEngine:
         self.weight_sync = weight_sync or WEIGHT_SYNC[self.device]
         if self.weight_sync not in ("merge", "lora"):
             raise ValueError(f"weight_sync must be 'merge' or 'lora', got {self.weight_sync!r}")
-        kwargs: dict[str, Any] = {**DEVICE_DEFAULTS[self.device], **engine_kwargs}
+        if precision not in DTYPES:
+            raise ValueError(f"precision must be one of {', '.join(DTYPES)}, got {precision!r}")
+        kwargs: dict[str, Any] = {**DEVICE_DEFAULTS[self.device], "dtype": DTYPES[precision],
+                                  **engine_kwargs}
         if self.weight_sync == "lora":
             kwargs.update(enable_lora=True, max_lora_rank=max_lora_rank, max_loras=max_loras)
-        self.llm = vllm.LLM(model=model, enable_prefix_caching=True, max_model_len=max_model_len,
+        self.llm = vllm.LLM(model=model, enable_prefix_caching=prefix_caching,
+                            max_model_len=max_model_len,
                             seed=seed, logprobs_mode="processed_logprobs", **kwargs)
         self._state: tuple | None = None  # (host, adapter, version) the engine computes as
         self._loras: dict[tuple, Any] = {}  # (host, adapter, version) -> LoRARequest
@@ -166,10 +175,16 @@ class VLLMPolicy:
         from vllm import SamplingParams
 
         argmax = greedy(self.temperature)
+        seed = self.rng.randrange(2**31 - 1)
+        if self.engine.device == "cpu":
+            # vLLM-CPU's per-request generators break once a long batch's prefill is chunked
+            # ("CPU Generator does not use offset"); the in-process engine samples from torch's
+            # global generator instead, seeded here
+            torch.manual_seed(seed)
+            seed = None
         params = SamplingParams(temperature=0.0 if argmax else self.temperature,
                                 top_p=1.0 if argmax else self.top_p,
-                                max_tokens=self.max_new_tokens, logprobs=0,
-                                seed=self.rng.randrange(2**31 - 1))
+                                max_tokens=self.max_new_tokens, logprobs=0, seed=seed)
         outs = self.engine.generate(list(prompts), params, lora)
         res = []
         for p, o, t in zip(prompts, outs, cut, strict=True):

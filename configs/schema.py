@@ -114,7 +114,8 @@ class DecodingConfig(StrictModel):
         description="Longer prompts keep their last tokens (the current state and "
                                  "the legal moves) and a warning is printed.")
     precision: Precision = Field(
-        "fp32", description="Compute precision of this role's forward passes (backend hf): "
+        "fp32", description="Compute precision of this role's forward passes (backends hf and "
+                            "vllm; roles sharing a vLLM engine share the first one's): "
                             "fp32, or bf16/fp16 autocast with the weights kept fp32. bf16 is "
                             "about 2x faster on CPUs with AMX and on GPUs; fp16 needs a GPU.")
 
