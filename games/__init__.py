@@ -1,10 +1,12 @@
 """PettingZoo text games for self-play and cooperation.  Knows nothing of LLMs or training.
 
 ``games.make(name, **kwargs)`` builds a registered game; ``games.names()`` lists them and
-``games.check_name(name)`` says what is wrong with a name.
+``games.check_name(name)`` says what is wrong with a name.  ``games.least_exploitable_mixture``
+and ``games.mixture_exploitability`` treat a list of table policies as one population.
 """
 
 from games.base import InvalidAction, TextGame
+from games.population import least_exploitable_mixture, mixture_exploitability, mixture_policy
 from games.registry import check_name, make, make_parallel, names, parallel_names, register
 
 # Importing a game module registers it (one file per game).
@@ -23,5 +25,6 @@ import games.tiny_hanabi  # noqa: F401
 
 # --- end of registered game modules ---
 
-__all__ = ["InvalidAction", "TextGame", "check_name", "make", "make_parallel", "names",
+__all__ = ["InvalidAction", "TextGame", "check_name", "least_exploitable_mixture", "make",
+           "make_parallel", "mixture_exploitability", "mixture_policy", "names",
            "parallel_names", "register"]
