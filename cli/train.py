@@ -1,4 +1,5 @@
-"""``marl train``, ``marl plot`` and ``marl eval exploitability``: learning and measuring it."""
+"""``marl train``, ``marl plot``, ``marl eval exploitability`` and ``marl eval population``:
+learning and measuring it."""
 
 from __future__ import annotations
 
@@ -115,6 +116,47 @@ def eval_exploitability_cmd(
         Path(out).write_text(json.dumps({"game": game, "target": target,
                                          "exploitability": report.exploitability,
                                          "table": report.table}, indent=1))
+
+
+@eval_app.command("population")
+def eval_population_cmd(
+    run: Annotated[str, typer.Argument(help="A training run folder (its checkpoints and the "
+                                            "league snapshots inside them are the members).")],
+    out: Annotated[str | None, typer.Option(help="Where to write the mixture (default "
+                                                 "RUN/population.json).")] = None,
+    tol: Annotated[float, typer.Option(help="Certified gap to the least exploitable "
+                                            "mixture.")] = 1e-4,
+) -> None:
+    """The least exploitable mixture of a run's snapshots (exact exploitability); seat it in a
+    tournament with the source RUN/population.json."""
+    quiet_transformers()
+    from pathlib import Path
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from agents.models import ModelError
+    from infra.layout import POPULATION_FILE
+    from orchestrator.population import solve_population
+
+    console = Console()
+    try:
+        with console.status(f"Reading the policies of {run}'s snapshots..."):
+            report = solve_population(Path(run), Path(out) if out else None, tol)
+    except (ModelError, FileNotFoundError, ValueError, TypeError) as exc:
+        fail(str(exc))
+    table = Table(title=f"population of {run} on {report.game}")
+    for col in ("member", "weight", "exploitability"):
+        table.add_column(col, justify="left" if col == "member" else "right")
+    for m, w, e in zip(report.members, report.weights, report.member_exploitability,
+                       strict=True):
+        table.add_row(m.name, f"{w:.4f}", f"{e:.6f}")
+    console.print(table)
+    best = report.best_member
+    console.print(f"mixture exploitability: {report.exploitability:.6f}  (lower bound "
+                  f"{report.lower_bound:.6f}); best member {report.members[best].name}: "
+                  f"{report.member_exploitability[best]:.6f}")
+    console.print(f"wrote {Path(out) if out else Path(run) / POPULATION_FILE}")
 
 
 def register(app: typer.Typer) -> None:

@@ -2,10 +2,12 @@
 
 ``games.make(name, **kwargs)`` builds a registered game; ``games.names()`` lists them and
 ``games.check_name(name)`` / ``games.check_kwargs(name, kwargs)`` say what is wrong with a
-name or its arguments.
+name or its arguments.  ``games.least_exploitable_mixture`` and ``games.mixture_exploitability``
+treat a list of table policies as one population.
 """
 
 from games.base import InvalidAction, TextGame
+from games.population import least_exploitable_mixture, mixture_exploitability, mixture_policy
 from games.registry import (
     check_kwargs,
     check_name,
@@ -32,5 +34,6 @@ import games.tiny_hanabi  # noqa: F401
 
 # --- end of registered game modules ---
 
-__all__ = ["InvalidAction", "TextGame", "check_kwargs", "check_name", "make", "make_parallel",
-           "names", "parallel_names", "register"]
+__all__ = ["InvalidAction", "TextGame", "check_kwargs", "check_name", "least_exploitable_mixture",
+           "make", "make_parallel", "mixture_exploitability", "mixture_policy", "names",
+           "parallel_names", "register"]

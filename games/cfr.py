@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +36,10 @@ def cache_dir() -> Path:
     return Path(os.environ.get("MARL_HOME", "~/.cache/marl-teams")).expanduser() / "cache"
 
 
-def run_cfr(tree: GameTree, iterations: int, plus: bool = True) -> np.ndarray:
-    """Average strategy (flat slot vector) after ``iterations`` of CFR+ or vanilla CFR."""
+def run_cfr(tree: GameTree, iterations: int, plus: bool = True,
+            on_iterate: Callable[[np.ndarray], None] | None = None) -> np.ndarray:
+    """Average strategy (flat slot vector) after ``iterations`` of CFR+ or vanilla CFR;
+    ``on_iterate`` sees every iterate (the strategy each player played in that iteration)."""
     regret = np.zeros(tree.num_slots)
     avg = np.zeros(tree.num_slots)
     groups = [[p] for p in range(tree.num_players)] if plus else [list(range(tree.num_players))]
@@ -44,9 +47,12 @@ def run_cfr(tree: GameTree, iterations: int, plus: bool = True) -> np.ndarray:
     node_is = [np.flatnonzero(tree.player == p) for p in range(tree.num_players)]
     edges = [np.concatenate([lv.player_edges[p] for lv in tree.levels])
              for p in range(tree.num_players)]
+    iterate = np.zeros(tree.num_slots)
     for t in range(1, iterations + 1):
         for group in groups:
             sigma = tree.normalize(np.maximum(regret, 0.0))
+            played = np.isin(slot_owner, group)
+            iterate[played] = sigma[played]
             probs = tree.edge_probs(sigma)
             reach = tree.reach(probs)
             v = tree.values(probs)
@@ -61,6 +67,8 @@ def run_cfr(tree: GameTree, iterations: int, plus: bool = True) -> np.ndarray:
                 avg[mine] += (t if plus else 1.0) * (own_reach[tree.slot_infoset] * sigma)[mine]
             if plus:
                 np.maximum(regret, 0.0, out=regret)
+        if on_iterate is not None:
+            on_iterate(iterate.copy())
     return tree.normalize(avg)
 
 

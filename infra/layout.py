@@ -6,6 +6,7 @@ A run folder::
     RUN/checkpoints/step_000010/     one checkpoint (see marl.checkpoint for its contents)
     RUN/latest                       a file naming the newest complete checkpoint
     RUN/best                         the same for the lowest exploitability measured so far
+    RUN/population.json              the least exploitable mixture of the run's snapshots
 
 A checkpoint folder and an exported team folder share the names a team is loaded from:
 ``team.yaml`` (the resolved config), ``adapters/<role>/`` (PEFT folders),
@@ -28,6 +29,8 @@ TEAM_FILE = "team.yaml"
 STATE_FILE = "state.json"
 ADAPTERS = "adapters"
 TOPOLOGY_FILE = "topology.safetensors"
+LEAGUE = "league"
+POPULATION_FILE = "population.json"
 
 
 def checkpoint_dir(run: Path, step: int) -> Path:
@@ -37,6 +40,12 @@ def checkpoint_dir(run: Path, step: int) -> Path:
 def adapter_folder(folder: Path, role: str) -> Path:
     """Where ``role``'s PEFT adapter lives in a checkpoint or exported team folder."""
     return folder / ADAPTERS / role
+
+
+def snapshot_file(folder: Path, snapshot: str) -> Path:
+    """Where a checkpoint keeps the weights of league snapshot ``snapshot`` (``snap:<step>``),
+    tensors keyed ``<role>::<name>``."""
+    return folder / LEAGUE / f"{snapshot.replace(':', '_')}.safetensors"
 
 
 def point(run: Path, name: str, checkpoint: Path) -> None:

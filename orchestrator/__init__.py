@@ -6,6 +6,8 @@
   runs, checkpoints, exports and HTTP models as seat-takers);
 - ``run_tournament`` / ``Tournament`` (schedules, durable match log, ratings and report);
 - ``exploitability_report`` (a player's exact exploitability where the game has a tree);
+- ``solve_population`` (a run's snapshots as the least exploitable mixture, which
+  ``RUN/population.json`` then seats as one participant);
 - ``export_run`` (a self-contained team folder) and ``serve`` (an OpenAI-compatible server).
 """
 
@@ -13,6 +15,7 @@ from orchestrator.evaluation import exploitability_report
 from orchestrator.export import ExportError, export_run
 from orchestrator.participants import ParticipantId, ParticipantLoader
 from orchestrator.play import play
+from orchestrator.population import solve_population
 from orchestrator.serve import serve
 from orchestrator.team import NodeMessage, Team, TeamError, TeamResult
 from orchestrator.tournament import Tournament, TournamentError, TournamentResult, run_tournament
@@ -20,5 +23,5 @@ from orchestrator.tournament import Tournament, TournamentError, TournamentResul
 __all__ = [
     "ExportError", "NodeMessage", "ParticipantId", "ParticipantLoader", "Team", "TeamError",
     "TeamResult", "Tournament", "TournamentError", "TournamentResult", "exploitability_report",
-    "export_run", "play", "run_tournament", "serve",
+    "export_run", "play", "run_tournament", "serve", "solve_population",
 ]

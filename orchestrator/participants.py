@@ -8,7 +8,9 @@ A participant is named by one string:
   pointer, a checkpoint folder, or an exported team folder: the folder's ``team.yaml`` plus
   the adapter saved for its first trainable role;
 - an HTTP model (:meth:`ParticipantLoader.load_http`): an OpenAI-compatible endpoint through the
-  ``openai`` backend, as is a team file whose first role uses that backend.
+  ``openai`` backend, as is a team file whose first role uses that backend;
+- a run's ``RUN/population.json`` (``marl eval population``): its least exploitable mixture
+  of snapshots, one member drawn per game (:mod:`orchestrator.population`).
 
 Model participants on the same base model share one :class:`~agents.hf.ModelHost` (one copy of
 the weights, one adapter each), so a tournament of ten checkpoints costs one model in memory.
@@ -32,7 +34,7 @@ from agents.scripted import ScriptedPolicy
 from configs import SCHEMA_ID, TeamConfig, load_config
 from configs.tournament import HttpSource
 from games.bots import bot_names
-from infra.layout import TEAM_FILE, checkpoint_folder
+from infra.layout import POPULATION_FILE, TEAM_FILE, checkpoint_folder
 
 Kind = Literal["team", "bot", "ckpt", "snap"]
 
@@ -99,6 +101,10 @@ class ParticipantLoader:
             return Agent(name or bot, "bot", ScriptedPolicy(self.game, bot, seed=self.seed),
                          mode="choice")
         path = Path(spec)
+        if path.name == POPULATION_FILE and path.is_file():
+            from orchestrator.population import load_population  # it builds on this loader
+
+            return load_population(self, path, name or f"{path.parent.name}/population")
         folder = checkpoint_folder(path)
         if folder == path and path.is_file():
             return self._model_agent(load_config(path), None, name or path.stem)

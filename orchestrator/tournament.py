@@ -40,6 +40,7 @@ from games.bots import bot_names
 from infra.actors import ActorPool, ActorPoolError, start_ray
 from infra.seeds import derive_seed, reseed
 from orchestrator.participants import ParticipantLoader, bot_name
+from orchestrator.population import seat_member
 from orchestrator.ratings import Outcome, Rating, RatingReport, pair_score, rate
 
 MATCHES = "matches.jsonl"
@@ -241,10 +242,12 @@ class MatchPlayer:
         """Lets the Ray driver wait until an actor has loaded every participant."""
         return True
 
-    def _seat(self, name: str, seed: int) -> Agent:
+    def _seat(self, name: str, seat: str, game_seed: int) -> Agent:
         """A bot gets a generator of its own per game (its moves depend on the game's seed
-        only); model policies are shared, so their decisions batch across games."""
-        agent = self.agents[name]
+        and seat only); a population the member drawn for the game; model policies are
+        shared, so their decisions batch across games."""
+        agent = seat_member(self.agents[name], game_seed)
+        seed = derive_seed(game_seed, seat)
         if isinstance(agent.policy, ScriptedPolicy):
             pol = agent.policy
             return dataclasses.replace(agent, policy=ScriptedPolicy(pol.game, pol.name, seed))
@@ -256,7 +259,7 @@ class MatchPlayer:
         seats = list(games.make(game.name, **game.kwargs).possible_agents)
         if specs:
             reseed([agent.policy for agent in self.agents.values()], specs[0].seed)
-        seatings = [{seat: self._seat(name, derive_seed(spec.seed, seat))
+        seatings = [{seat: self._seat(name, seat, spec.seed)
                      for seat, name in zip(seats, spec.order, strict=True)} for spec in specs]
         out: list[MatchRecord] = []
 
