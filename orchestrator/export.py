@@ -162,7 +162,7 @@ def check_output(out: Path, sources: list[Path], overwrite: bool) -> None:
             raise ExportError(f"--out {out} {where} the exported folder {source}; choose a "
                               "folder outside it")
     if out.is_symlink() or (out.exists() and not out.is_dir()):
-        raise ExportError(f"--out {out} is not a folder")
+        raise ExportError(f"--out {out} is not a plain folder")
     if not out.exists() or not any(out.iterdir()):
         return
     if not overwrite:

@@ -10,6 +10,7 @@ import stat
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -22,6 +23,7 @@ from infra.actors import RayStartError, start_ray
 from infra.layout import BEST, LATEST, METRICS, LayoutError, latest_checkpoint, point
 from marl.checkpoint import save_checkpoint
 from marl.loggers import JsonlLogger
+from marl.trainer import Trainer, TrainingError
 from orchestrator.tournament import IDENTITY, Tournament
 from tests.helpers import tiny_team
 
@@ -64,7 +66,7 @@ def work(tmp_path: Path) -> Path:
 # ----- export deletes nothing but an earlier export
 
 @pytest.mark.parametrize("where, says", [
-    (".", "contains"), ("run", "is the exported"), ("run/checkpoints", "is the exported"),
+    (".", "contains"), ("run", "contains"), ("run/checkpoints", "contains"),
     ("run/checkpoints/step_000001/team", "is inside")])
 def test_export_refuses_an_output_over_its_source(work: Path, where: str, says: str,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
@@ -121,6 +123,8 @@ def test_trainer_start_cleans_a_killed_runs_temps_and_torn_metrics(tmp_path: Pat
     assert not any(p.exists() for p in orphans)
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_000001",
                                                                        "step_000002"]
+    (tmp_path / "a_file").write_text("")
+    refused(*cli("plot", str(run), "--out", str(tmp_path / "a_file" / "c.png")), "cannot write")
 
 
 def test_resumed_metrics_cut_a_torn_last_line(tmp_path: Path) -> None:
@@ -150,11 +154,15 @@ def test_bad_game_kwargs_unknown_bots_and_targets(tmp_path: Path) -> None:
     assert not (tmp_path / "t.jsonl").exists()
 
 
-def test_a_diverging_run_stops_with_a_clear_error(tmp_path: Path) -> None:
-    config = tmp_path / "inf.yaml"
-    config.write_text(tiny_team("kuhn_poker", TRAIN.replace("steps: 1", "steps: 3")
-                                + "  lr: 1.0e+30\n"))
-    refused(*cli("train", str(config), "--out", str(tmp_path / "r")), "diverged", "train.lr")
+def test_a_diverging_run_stops_with_a_clear_error(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "t.yaml").write_text(tiny_team("kuhn_poker", TRAIN))
+    trainer = Trainer(load_config(tmp_path / "t.yaml"), tmp_path / "r")
+    diverged = {r: {k: v * float("inf") for k, v in w.items()}
+                for r, w in trainer.runtime.weights().items()}
+    monkeypatch.setattr(trainer.runtime, "weights", lambda: diverged)
+    with pytest.raises(TrainingError, match="diverged.*train.lr"):
+        trainer.fit()
     assert not (tmp_path / "r" / LATEST).exists()
 
 
@@ -188,7 +196,6 @@ def test_unwritable_outputs_are_one_error_line(tmp_path: Path, work: Path) -> No
     refused(*cli("eval", "exploitability", "random", "--out", "/dev/full"),
             "cannot write /dev/full", "No space left")
     refused(*cli("eval", "exploitability", "random", "--out", under), "cannot write")
-    refused(*cli("plot", str(work / "run"), "--out", under), "cannot write")
     refused(*cli("export", str(work / "run"), "--out", under), "cannot write")
     refused(*cli("play", str(VS_RANDOM), "--episodes", "1", "--out", "/dev/full"),
             "cannot write /dev/full")
@@ -239,7 +246,8 @@ def test_ratings_do_not_depend_on_the_order_games_were_written(tmp_path: Path) -
     (shuffled / "matches.jsonl").write_text("".join(lines[::-1]))
     again = Tournament(cfg, shuffled).run()
     assert again.played == 0 and again.resumed == len(lines)
-    assert again.report == first.report
+    assert again.report.ratings == first.report.ratings  # points, intervals and Elo
+    np.testing.assert_array_equal(again.report.payoff, first.report.payoff)
 
 
 # ----- parallel rock-paper-scissors
