@@ -106,17 +106,24 @@ class ModelHost:
                     targets: Sequence[str] = ("q_proj", "v_proj"), seed: int = 0) -> None:
         """Attach a fresh LoRA adapter (B = 0, so it starts equal to the base model).
 
-        A is drawn under ``seed`` (not the global RNG), so a run is reproducible.
+        A is drawn under ``seed`` (not the global RNG), so a run is reproducible.  Targets
+        that name no module of the model are a :class:`~agents.models.ModelError`.
         """
+        from agents.models import ModelError
+
         cfg = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout,
                          target_modules=list(targets), task_type="CAUSAL_LM")
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            if isinstance(self.model, PeftModel):
-                self.model.add_adapter(name, cfg)
-            else:
-                self.model = get_peft_model(self.model, cfg, adapter_name=name).eval()
-                self._active = name
+            try:
+                if isinstance(self.model, PeftModel):
+                    self.model.add_adapter(name, cfg)
+                else:
+                    self.model = get_peft_model(self.model, cfg, adapter_name=name).eval()
+                    self._active = name
+            except ValueError as exc:
+                raise ModelError(f"role {name!r}: adapter.targets {list(targets)} match no "
+                                 f"module of the model ({exc})") from None
         self.adapters.append(name)
         self._forget(name)
 

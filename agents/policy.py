@@ -20,6 +20,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 
+class PolicyError(ValueError):
+    """A policy that cannot decide (e.g. its scores are not finite numbers)."""
+
+
 @dataclass
 class Request:
     """One pending decision.
@@ -120,6 +124,8 @@ def choice_response(request: Request, prompt_ids: list[int], candidates: list[li
                     truncated: bool = False) -> Response:
     """Sample one of ``request``'s legal actions from its candidates' scores (greedy when
     ``T = 0``); the response carries ``log pi`` of the pick and the whole distribution."""
+    if not all(math.isfinite(s) for s in scores):
+        raise PolicyError(f"non-finite action scores {scores} (the model's weights diverged?)")
     logpi = choice_logprobs(scores, temperature)
     probs = [math.exp(x) for x in logpi]
     if greedy(temperature):

@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from cli.common import fail, load_team, quiet_transformers
+from cli.errors import writing
 
 
 def play_cmd(
@@ -51,6 +52,19 @@ def play_cmd(
     if mode is not None and mode not in ("free", "choice"):
         fail(f"--mode must be free or choice, got {mode!r}")
     cfg = cfg.with_decoding(mode=mode, temperature=temperature)
+    try:
+        n_seats = len(games.make(cfg.game.name, **cfg.game.kwargs).possible_agents)
+    except (TypeError, ValueError) as exc:
+        fail(f"{config}: game.kwargs {cfg.game.kwargs} do not fit {cfg.game.name}: {exc}")
+    n_agents = sum(r.count for r in cfg.roles)
+    if against is None and not human and n_agents < n_seats:
+        anchors = cfg.train.league.anchors if cfg.train is not None else []
+        if not anchors:
+            fail(f"{config}: {n_agents} agent(s) for the {n_seats} seats of "
+                 f"{cfg.game.name}: pass --against (a bot or a checkpoint) or --human")
+        against = anchors[0]
+        typer.echo(f"playing against {against} (the config's first league anchor; "
+                   "--against to choose)", err=True)
     console = Console()
     try:
         with console.status(f"Loading team {cfg.name}..."):
@@ -65,9 +79,9 @@ def play_cmd(
     except (ModelError, FileNotFoundError, ValueError) as exc:
         fail(str(exc))
     if opponents:
-        n_seats = len(games.make(cfg.game.name, **cfg.game.kwargs).possible_agents)
         opponents = opponents * (n_seats - 1)
-    with Progress(console=console, transient=True, disable=human) as bar:
+    with (writing(out, partial=Path(out)),
+          Progress(console=console, transient=True, disable=human) as bar):
         task = bar.add_task(f"{cfg.game.name}", total=episodes)
         report = play(roster, cfg.game.name, cfg.game.kwargs, episodes, opponents, seed=seed,
                       concurrency=concurrency, transcripts=Path(out),

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from cli.common import fail, load_team, quiet_transformers
+from cli.errors import writing
 
 topology_app = typer.Typer(no_args_is_help=True, help="Communication topologies.")
 
@@ -16,20 +17,23 @@ def export_cmd(
     run: Annotated[str, typer.Argument(help="Run folder (its latest checkpoint) or a "
                                             "checkpoint folder.")],
     out: Annotated[str, typer.Option("--out", help="Folder to write the team to.")],
-    force: Annotated[bool, typer.Option("--force", help="Replace a non-empty --out.")] = False,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Replace --out if it is an earlier export.")] = False,
     threshold: Annotated[float, typer.Option(help="Keep learned edges with p above this.")] = 0.5,
 ) -> None:
     """Write a self-contained team: team.yaml, LoRA adapters, model card (README.md)."""
     from configs import ConfigError
+    from infra.layout import LayoutError
     from orchestrator.export import ExportError, export_run
     from topologies import TopologyError
 
     try:
-        path = export_run(run, out, overwrite=force, threshold=threshold)
+        with writing(out):
+            path = export_run(run, out, overwrite=force, threshold=threshold)
     except ConfigError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from None
-    except (ExportError, TopologyError, FileNotFoundError) as exc:
+    except (ExportError, LayoutError, TopologyError, FileNotFoundError) as exc:
         fail(str(exc))
     typer.echo(f"exported to {path} (load: Team.load({str(path)!r}); serve: marl serve {path})")
 

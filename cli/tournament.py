@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from cli.common import fail, load_file, quiet_transformers
+from cli.errors import writing
 
 
 def tournament_cmd(
@@ -26,6 +27,7 @@ def tournament_cmd(
 
     from agents.models import ModelError
     from configs.tournament import TournamentConfig
+    from infra.actors import RayStartError
     from orchestrator.report import ratings_table, write_report
     from orchestrator.tournament import Tournament, TournamentError, source_problems
 
@@ -33,17 +35,19 @@ def tournament_cmd(
     cfg = load_file(config, TournamentConfig, [lambda c: source_problems(c, base)])
     console = Console()
     try:
-        tournament = Tournament(cfg, out, base)
-        with console.status("Loading participants..."):
-            tournament.load()
-        columns = (*Progress.get_default_columns(), MofNCompleteColumn())
-        with Progress(*columns, console=console, transient=True) as bar:
-            task = bar.add_task(f"{cfg.name}: games", total=tournament.total,
-                                completed=tournament.resumed)
-            result = tournament.run(on_game=lambda rec: bar.advance(task))
-    except (TournamentError, ModelError, FileNotFoundError, ValueError) as exc:
+        with writing(out):
+            tournament = Tournament(cfg, out, base)
+            with console.status("Loading participants..."):
+                tournament.load()
+            columns = (*Progress.get_default_columns(), MofNCompleteColumn())
+            with Progress(*columns, console=console, transient=True) as bar:
+                task = bar.add_task(f"{cfg.name}: games", total=tournament.total,
+                                    completed=tournament.resumed)
+                result = tournament.run(on_game=lambda rec: bar.advance(task))
+    except (TournamentError, ModelError, RayStartError, FileNotFoundError, ValueError) as exc:
         fail(str(exc))
-    files = write_report(result.report, Path(out), title=cfg.name)
+    with writing(out):
+        files = write_report(result.report, Path(out), title=cfg.name)
     console.print(ratings_table(result.report, title=f"{cfg.name} on {cfg.game.name}"))
     console.print(f"{len(result.records)} games ({result.resumed} read back from "
                   f"{Path(out) / 'matches.jsonl'}, {result.played} played); report: "

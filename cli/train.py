@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from cli.common import fail, load_team, quiet_transformers
+from cli.errors import writing
 
 eval_app = typer.Typer(no_args_is_help=True, help="Exact evaluation of players.")
 
@@ -30,6 +31,8 @@ def train_cmd(
     from rich.console import Console
 
     from agents.models import ModelError
+    from infra.actors import RayStartError
+    from infra.layout import LayoutError
     from marl.progress import TrainProgress
     from marl.trainer import Trainer, TrainingError
 
@@ -42,11 +45,11 @@ def train_cmd(
         fail(f"{out} already holds a run: add --resume to continue it, or choose another --out")
     console = Console()
     try:
-        with console.status("Starting the trainer (models, workers)..."):
+        with writing(out), console.status("Starting the trainer (models, workers)..."):
             trainer = Trainer(cfg, Path(out), resume=resume)
-        with TrainProgress(console, cfg.train.steps, start=trainer.step) as progress:
-            trainer.fit(on_step=progress.update)
-    except (TrainingError, ModelError, FileNotFoundError) as exc:
+        with writing(out), TrainProgress(console, cfg.train.steps, start=trainer.step) as bar:
+            trainer.fit(on_step=bar.update)
+    except (TrainingError, ModelError, LayoutError, RayStartError, FileNotFoundError) as exc:
         fail(str(exc))
     console.print(f"done: {trainer.step} steps; metrics {Path(out) / 'metrics.jsonl'}, "
                   f"checkpoints {Path(out) / 'checkpoints'}")
@@ -64,7 +67,10 @@ def plot_cmd(
     metrics = Path(run) / "metrics.jsonl"
     if not metrics.is_file():
         fail(f"{metrics} not found")
-    path = plot_run(Path(run), Path(out) if out else None)
+    if not metrics.read_text(errors="replace").strip():
+        fail(f"{metrics} holds no steps yet")
+    with writing(out or Path(run) / "curves.png"):
+        path = plot_run(Path(run), Path(out) if out else None)
     typer.echo(f"wrote {path}")
 
 
@@ -113,9 +119,10 @@ def eval_exploitability_cmd(
     console.print(f"exploitability: {report.exploitability:.6f}  "
                   f"(NashConv {2 * report.exploitability:.6f})")
     if out:
-        Path(out).write_text(json.dumps({"game": game, "target": target,
-                                         "exploitability": report.exploitability,
-                                         "table": report.table}, indent=1))
+        with writing(out, partial=Path(out)):
+            Path(out).write_text(json.dumps({"game": game, "target": target,
+                                             "exploitability": report.exploitability,
+                                             "table": report.table}, indent=1))
 
 
 @eval_app.command("population")

@@ -38,13 +38,20 @@ def bot_names(game: str) -> list[str]:
     return sorted({"random"} | {n for g, n in _BOTS if g == game})
 
 
+class UnknownBotError(KeyError, ValueError):
+    """A bot name the game does not have (a ValueError too: it is bad input)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
 def make_bot(game: str, name: str, seed: int | None = None, **kwargs) -> Bot:
     if name == "random" and (game, name) not in _BOTS:
         return RandomBot(seed=seed)
     try:
         factory = _BOTS[(game, name)]
     except KeyError:
-        raise KeyError(f"no bot {name!r} for game {game!r}; known: "
+        raise UnknownBotError(f"no bot {name!r} for game {game!r}; known: "
                        f"{', '.join(bot_names(game))}") from None
     return factory(seed=seed, **kwargs)
 

@@ -140,6 +140,8 @@ class ParallelRockPaperScissors(ParallelEnv):
 
     def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
         game = self.game
+        if self.agents and not any(game._is_legal(a, actions.get(a)) for a in self.agents):
+            return self._both_forfeit()
         rewards = {a: 0.0 for a in self.agents}
         for agent in self.agents:
             if all(game.terminations.values()):
@@ -154,6 +156,19 @@ class ParallelRockPaperScissors(ParallelEnv):
         if over:
             self.agents = []
         return observations, rewards, terminations, truncations, infos
+
+    def _both_forfeit(self) -> tuple[dict, dict, dict, dict, dict]:
+        """Neither move is legal: both players lose the game, not only the one stepped first."""
+        game = self.game
+        for a in self.agents:
+            game.infos[a]["illegal_moves"] += 1
+            game.infos[a]["forfeit"] = True
+        game._end({a: game.illegal_reward for a in self.agents})
+        rewards = {a: game.rewards[a] for a in self.agents}
+        observations, infos = self._observe_all()
+        done = {a: True for a in self.agents}
+        self.agents = []
+        return observations, rewards, done, {a: False for a in done}, infos
 
     def render(self) -> str:
         return self.game.render()

@@ -11,13 +11,38 @@ Ray is imported when first needed, so importing this module costs nothing.
 
 from __future__ import annotations
 
+import socket
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
+from urllib.parse import urlparse
+
+CONNECT_TIMEOUT_S = 10.0
 
 
 class ActorPoolError(RuntimeError):
     """The pool's actors kept dying; the message says how often and the last cause."""
+
+
+class RayStartError(RuntimeError):
+    """The Ray cluster asked for cannot be reached; the message names its address."""
+
+
+def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
+    """Fail fast on a ``host:port`` (or ``ray://host:port``) nothing listens on: ``ray.init``
+    itself retries such an address for minutes without a word."""
+    url = urlparse(address if "://" in address else f"tcp://{address}")
+    try:
+        host, port = url.hostname, url.port
+    except ValueError:
+        host, port = None, None
+    if host is None or port is None:
+        return  # "auto", "local" and the like: Ray resolves them itself
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as exc:
+        raise RayStartError(f"cannot reach the Ray cluster at {address}: "
+                            f"{exc.strerror or exc}") from None
 
 
 def start_ray(address: str | None = None) -> None:
@@ -25,6 +50,8 @@ def start_ray(address: str | None = None) -> None:
     import ray
 
     if not ray.is_initialized():
+        if address is not None:
+            check_reachable(address)
         ray.init(address=address, include_dashboard=False, log_to_driver=False,
                  ignore_reinit_error=True)
 

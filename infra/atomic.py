@@ -2,11 +2,13 @@
 
 The content is written into a temp sibling (same filesystem, so the rename is atomic), its
 files are fsynced, and it is renamed into place; on an exception the temp is removed.  Temps
-left by a killed writer are swept an hour later (a younger one may belong to a live writer).
+left by a killed writer are swept an hour later (a younger one may belong to a live writer),
+or at once by a writer that knows it is the folder's only one (:func:`sweep_temps`).
 """
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import time
@@ -26,11 +28,15 @@ def _remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def _sweep_stale(final: Path) -> None:
+def sweep_temps(folder: Path, final: str | None = None,
+                older_than: float = STALE_SECONDS) -> None:
+    """Remove the temps in ``folder`` (of the one named ``final``, else of any) untouched for
+    more than ``older_than`` seconds; 0 removes them all (the caller is the folder's only
+    writer)."""
     now = time.time()
-    for p in final.parent.glob(f".{final.name}{TMP_MARKER}*"):
+    for p in Path(folder).glob(f".{'*' if final is None else glob.escape(final)}{TMP_MARKER}*"):
         try:
-            if now - p.stat().st_mtime > STALE_SECONDS:
+            if older_than <= 0 or now - p.stat().st_mtime > older_than:
                 _remove(p)
         except FileNotFoundError:
             pass
@@ -55,7 +61,7 @@ def atomic_write(final: Path, *, folder: bool = True, overwrite: bool = True) ->
     """
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
-    _sweep_stale(final)
+    sweep_temps(final.parent, final.name)
     tmp = final.parent / f".{final.name}{TMP_MARKER}{uuid.uuid4().hex[:12]}"
     if folder:
         tmp.mkdir()

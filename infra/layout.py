@@ -11,14 +11,19 @@ A run folder::
 A checkpoint folder and an exported team folder share the names a team is loaded from:
 ``team.yaml`` (the resolved config), ``adapters/<role>/`` (PEFT folders),
 ``topology.safetensors`` (learned edge logits) and, in checkpoints, ``state.json``.
+
+A pointer is followed only to a ``step_NNNNNN`` folder of its own run's ``checkpoints``: a
+pointer file holding an absolute or ``../`` path never sends a reader (or ``export --force``)
+outside the run.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import NamedTuple
 
-from infra.atomic import atomic_write
+from infra.atomic import atomic_write, sweep_temps
 
 LATEST = "latest"
 BEST = "best"
@@ -31,6 +36,11 @@ ADAPTERS = "adapters"
 TOPOLOGY_FILE = "topology.safetensors"
 LEAGUE = "league"
 POPULATION_FILE = "population.json"
+_STEP_NAME = re.compile(r"step_[0-9]{6,}")
+
+
+class LayoutError(ValueError):
+    """A run folder file that names something it may not (the message names the file)."""
 
 
 def checkpoint_dir(run: Path, step: int) -> Path:
@@ -55,7 +65,11 @@ def point(run: Path, name: str, checkpoint: Path) -> None:
 
 
 def _named(pointer: Path) -> Path:
-    return pointer.parent / CHECKPOINTS / pointer.read_text().strip()
+    name = pointer.read_text(errors="replace").strip()
+    if not _STEP_NAME.fullmatch(name):
+        raise LayoutError(f"{pointer}: names {name[:80]!r}, not a checkpoint folder "
+                          f"step_NNNNNN under {pointer.parent / CHECKPOINTS}")
+    return pointer.parent / CHECKPOINTS / name
 
 
 def pointed(run: Path, name: str = LATEST) -> Path | None:
@@ -68,6 +82,13 @@ def latest_checkpoint(run: Path, name: str = LATEST) -> Path | None:
     """The checkpoint ``RUN/<name>`` names, if it is complete (its state is written last)."""
     path = pointed(run, name)
     return path if path is not None and (path / STATE_FILE).is_file() else None
+
+
+def sweep_orphans(run: Path) -> None:
+    """Remove the temps (checkpoint folders, pointer files) a killed writer of ``run`` left.
+    Only for the run's one writer, at its start: any temp then is an orphan."""
+    for folder in (run, run / CHECKPOINTS):
+        sweep_temps(folder, older_than=0.0)
 
 
 class Resolved(NamedTuple):

@@ -8,7 +8,8 @@
 
 A logger is opened when training starts at ``start_step`` (0 for a fresh run, the checkpoint's
 step for a resumed one).  Steps after ``start_step`` are about to be replayed, so what a logger
-holds of them is dropped: metrics.jsonl keeps only lines up to ``start_step``; W&B drops any
+holds of them is dropped: metrics.jsonl keeps only lines up to ``start_step`` (and never a torn
+last line a kill or a full disk left); W&B drops any
 step at or below the last one it has for the run, so the replayed steps are kept only once.
 """
 
@@ -27,6 +28,7 @@ from urllib.parse import urlparse
 import numpy as np
 
 from configs import TeamConfig
+from infra.jsonl import complete_lines
 from infra.layout import METRICS
 
 
@@ -52,9 +54,8 @@ class JsonlLogger:
         run died after the checkpoint but before its line.  A start at step 0 keeps nothing:
         even a step-0 line (the untrained policy's evaluation) is logged again."""
         self.path = run_dir / METRICS
-        text = self.path.read_text() if self.path.exists() and start_step > 0 else ""
-        keep = [ln for ln in text.splitlines()
-                if ln.strip() and json.loads(ln)["step"] <= start_step]
+        lines = complete_lines(self.path)[0] if start_step > 0 else []  # a torn line is cut
+        keep = [ln for ln in lines if ln.strip() and json.loads(ln)["step"] <= start_step]
         if (last is not None and last["step"] == start_step
                 and not any(json.loads(ln)["step"] == start_step for ln in keep)):
             keep.append(json.dumps(last, default=jsonable))

@@ -31,15 +31,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import torch
 
 import games
 from agents.builder import TEXT_BACKENDS
+from agents.policy import PolicyError
 from agents.rollout import Episode, Turn
 from configs import TeamConfig
 from games.bots import bot_names
 from games.tasks import make_task, task_names
 from infra.actors import ActorPoolError
-from infra.layout import BEST, checkpoint_dir, latest_checkpoint, point
+from infra.layout import BEST, checkpoint_dir, latest_checkpoint, point, sweep_orphans
 from infra.seeds import derive_seed
 from marl.advantages import Advantages, RoleBaseline, Samples, make_estimator, remove_common_mode
 from marl.checkpoint import load_checkpoint, save_checkpoint
@@ -56,7 +58,8 @@ TRAINEE = ParticipantId.team(0)  # the agent that meets league opponents
 
 
 class TrainingError(RuntimeError):
-    """A run that cannot go on (bad config for the game, repeated non-finite losses)."""
+    """A run that cannot go on (bad config for the game, repeated non-finite losses, weights
+    that diverged)."""
 
 
 @dataclass
@@ -103,7 +106,11 @@ def check_compatible(cfg: TeamConfig) -> None:
         problem = games.check_name(cfg.game.name)
         if problem is not None:
             raise TrainingError(problem)
-        seats = games.make(cfg.game.name, **cfg.game.kwargs).possible_agents
+        try:
+            seats = games.make(cfg.game.name, **cfg.game.kwargs).possible_agents
+        except (TypeError, ValueError) as exc:
+            raise TrainingError(f"game.kwargs {cfg.game.kwargs} do not fit {cfg.game.name!r}: "
+                                f"{exc}") from None
     n_agents = sum(r.count for r in cfg.roles)
     if tc.league.opponents == "self" and n_agents != len(seats):
         raise TrainingError(f"game {cfg.game.name!r} has {len(seats)} seats "
@@ -139,6 +146,7 @@ class Trainer:
         assert self.tc is not None
         self.run_dir = run
         run.mkdir(parents=True, exist_ok=True)
+        sweep_orphans(run)  # a trainer owns its run: temps now are a killed run's
         team_rollout = rollout_kind(cfg) == "team"
         env = None if team_rollout else games.make(cfg.game.name, **cfg.game.kwargs)
         self.seats = team_agents(cfg) if env is None else list(env.possible_agents)
@@ -223,7 +231,7 @@ class Trainer:
         specs = self.graph.assign(self.plan(step), step)
         try:
             episodes = self.runtime.play(specs, step, self.tc.seed)
-        except ActorPoolError as exc:
+        except (ActorPoolError, PolicyError) as exc:
             raise TrainingError(f"step {step}: rollout {exc}") from None
         t1 = time.perf_counter()
         rows, samples = self.samples(episodes, specs)
@@ -237,6 +245,7 @@ class Trainer:
         topology = self.graph.update(episodes, specs)
         t3 = time.perf_counter()
         weights = self.runtime.weights()
+        self._check_finite(step, weights)
         snap = self.league.maybe_snapshot(step, weights)
         self.runtime.publish(weights, dict(self.league.snapshots))
         t4 = time.perf_counter()
@@ -254,6 +263,15 @@ class Trainer:
         self.bad_steps = self.bad_steps + 1 if skipped else 0
         self.step = step
         return StepResult(step, metrics, episodes)
+
+    def _check_finite(self, step: int, weights: dict) -> None:
+        """Stop before diverged weights are played (or checkpointed) with."""
+        for role, sd in weights.items():
+            bad = next((k for k, v in sd.items() if not torch.isfinite(v).all()), None)
+            if bad is not None:
+                raise TrainingError(
+                    f"step {step}: the run diverged, the update made weights of role {role!r} "
+                    f"non-finite ({bad}): lower train.lr (now {self.tc.lr_at(step)})")
 
     def _record_league(self, episodes: list[Episode], specs: list[EpisodeSpec]) -> None:
         by_index = {s.index: s for s in specs}

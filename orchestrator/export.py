@@ -13,6 +13,10 @@ Base weights are not copied: roles name their model (a registry name such as
 ``smollm2-135m-instruct``, converted once into ``$MARL_HOME``; a Hugging Face id; a path), the
 same reference training used.  The folder is written next to OUT and renamed into place
 (:func:`infra.atomic.atomic_write`), so a failed export never leaves half a team behind.
+
+An export deletes nothing but an earlier export: OUT may not be, hold or sit inside the run or
+checkpoint it is made from, and ``overwrite`` replaces only a folder whose ``export.json``
+carries :data:`EXPORT_FORMAT`.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from topologies import LearnableTopology, Topology, build_topology
 from topologies.render import to_mermaid
 
 EXPORT_FORMAT = "marl-teams/team-export/v1"
+MANIFEST = "export.json"  # with EXPORT_FORMAT: the marker of a folder an export may replace
 
 
 class ExportError(ValueError):
@@ -96,8 +101,7 @@ def export_run(source: str | Path, out: str | Path, *, overwrite: bool = False,
         raise ExportError(f"{source}: no team.yaml in {folder} (expected a run folder with "
                           "`latest`, or a checkpoint folder)")
     out = Path(out)
-    if out.exists() and any(out.iterdir()) and not overwrite:
-        raise ExportError(f"{out} exists and is not empty (pass overwrite / --force)")
+    check_output(out, [folder] + ([run] if run is not None else []), overwrite)
     cfg = load_config(team_file)
     state = _json(folder / STATE_FILE)
     step = state.get("step")
@@ -135,11 +139,37 @@ def export_run(source: str | Path, out: str | Path, *, overwrite: bool = False,
             "exported": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "training": summary,
         }
-        (tmp / "export.json").write_text(json.dumps(manifest, indent=1) + "\n")
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
         (tmp / "README.md").write_text(model_card(resolved, topology, manifest, learned,
                                                   threshold))
         load_config(tmp / TEAM_FILE)  # what we wrote must load
     return out
+
+
+def is_export(folder: Path) -> bool:
+    """Whether ``folder`` was written by :func:`export_run` (its manifest names the format)."""
+    return _json(folder / MANIFEST).get("format") == EXPORT_FORMAT
+
+
+def check_output(out: Path, sources: list[Path], overwrite: bool) -> None:
+    """Refuse an ``out`` whose writing would delete or nest in what is exported, and a
+    non-empty one unless ``overwrite`` and it is an earlier export."""
+    target = out.resolve()
+    for source in (s.resolve() for s in sources):
+        where = ("is" if target == source else "contains" if target in source.parents
+                 else "is inside" if source in target.parents else None)
+        if where is not None:
+            raise ExportError(f"--out {out} {where} the exported folder {source}; choose a "
+                              "folder outside it")
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise ExportError(f"--out {out} is not a plain folder")
+    if not out.exists() or not any(out.iterdir()):
+        return
+    if not overwrite:
+        raise ExportError(f"{out} exists and is not empty (pass overwrite / --force)")
+    if not is_export(out):
+        raise ExportError(f"{out} is not an earlier export (no {MANIFEST} of {EXPORT_FORMAT}): "
+                          "--force replaces only an export; choose another --out")
 
 
 def _json(path: Path) -> dict[str, Any]:

@@ -38,6 +38,7 @@ from configs.schema import PathProblem
 from configs.tournament import ParticipantConfig, TournamentConfig
 from games.bots import bot_names
 from infra.actors import ActorPool, ActorPoolError, start_ray
+from infra.jsonl import complete_lines
 from infra.seeds import derive_seed, reseed
 from orchestrator.participants import ParticipantLoader, bot_name
 from orchestrator.population import seat_member
@@ -290,9 +291,8 @@ class MatchLog:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.records: dict[str, MatchRecord] = {}
-        data = path.read_bytes() if path.exists() else b""
-        end = data.rfind(b"\n") + 1  # what follows the last newline was torn by a kill
-        for i, line in enumerate(data[:end].splitlines()):
+        lines, self.torn = complete_lines(path)
+        for i, line in enumerate(lines):
             if not line.strip():
                 continue
             try:
@@ -301,10 +301,9 @@ class MatchLog:
                 raise TournamentError(f"{path}:{i + 1}: not a match record ({exc}); fix or "
                                       "remove that line") from None
             self.records[rec.key] = rec
-        self.torn = len(data) - end
         if self.torn:
             with path.open("r+b") as f:
-                f.truncate(end)
+                f.truncate(path.stat().st_size - self.torn)
         self._file = path.open("a", encoding="utf-8")
 
     def append(self, rec: MatchRecord) -> None:
@@ -314,6 +313,11 @@ class MatchLog:
         self._file.flush()
         os.fsync(self._file.fileno())
         self.records[rec.key] = rec
+
+    def finished(self) -> list[MatchRecord]:
+        """Every record in key order, not the order games were written, so a resumed
+        tournament rates (and pairs) exactly as an uninterrupted one."""
+        return [self.records[k] for k in sorted(self.records)]
 
     def close(self) -> None:
         self._file.close()
@@ -373,7 +377,7 @@ class Tournament:
             yield round_specs(groups, 0, self.cfg.games_per_pairing, self.cfg.seed)
             return
         for r in range(self.cfg.schedule.rounds or 0):
-            pairs, _bye = swiss_round(names, list(self.log.records.values()), r)
+            pairs, _bye = swiss_round(names, self.log.finished(), r)
             yield round_specs(pairs, r, self.cfg.games_per_pairing, self.cfg.seed)
 
     def run(self, on_game: Callable[[MatchRecord], None] | None = None) -> TournamentResult:
@@ -387,7 +391,7 @@ class Tournament:
             self.log.close()
             if self._player is not None:
                 self._player.close()
-        records = list(self.log.records.values())
+        records = self.log.finished()
         report = rate([r.outcome() for r in records], self.cfg.names(), self.cfg.anchor_name(),
                       self.cfg.anchor_rating, self.cfg.bootstrap, self.cfg.seed)
         return TournamentResult(self.cfg, records, report, self.resumed, self.played)

@@ -1,0 +1,53 @@
+"""The environment's failures as one ``error:`` line and exit code 2, never a traceback: a
+full disk, a read-only or missing folder, a path through a file (``OSError``)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from cli.common import fail
+
+
+def _cause(exc: OSError) -> str:
+    return exc.strerror or str(exc)
+
+
+@contextmanager
+def writing(path: str | Path, partial: Path | None = None) -> Iterator[None]:
+    """Around a command's writes: an ``OSError`` ends it with ``cannot write PATH: why``
+    (the file the system named, else ``path``), after removing the ``partial`` file a stream
+    of writes left, so no cut-short output passes for a whole one."""
+    try:
+        yield
+    except OSError as exc:
+        if partial is not None and not partial.is_symlink() and partial.is_file():
+            partial.unlink()  # a regular file only: never /dev/full, /dev/stdout and the like
+        fail(f"cannot write {exc.filename or path}: {_cause(exc)}")
+
+
+def _guarded(command: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(command)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except OSError as exc:
+            out = kwargs.get("out")  # a write with no file named: most likely to --out
+            fail(f"{exc.filename}: {_cause(exc)}" if exc.filename
+                 else f"cannot write {out}: {_cause(exc)}" if out else _cause(exc))
+
+    return run
+
+
+def guard(app: typer.Typer) -> None:
+    """Every command of ``app`` (and of its groups) fails with one line on an ``OSError``
+    that no :func:`writing` around it named more precisely."""
+    for info in app.registered_commands:
+        info.callback = _guarded(info.callback)
+    for group in app.registered_groups:
+        guard(group.typer_instance)
