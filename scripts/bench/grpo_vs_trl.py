@@ -1,6 +1,7 @@
 """Benchmark one single-agent GRPO step of marl-teams against TRL's ``GRPOTrainer``.
 
-Both sides train the same model (SmolLM2-135M-Instruct, float32, CPU) with a fresh LoRA adapter
+Both sides train the same model (SmolLM2-135M-Instruct, float32 weights, CPU; ``--precision bf16``
+computes both under bf16 autocast, TRL through ``bf16=True``) with a fresh LoRA adapter
 (r = 8, alpha = 16, no dropout, on q_proj and v_proj) on the same P arithmetic questions, G
 sampled completions per question (temperature 1, top-p 1, no top-k, at most 32 new tokens),
 the same reward (1 if the completion contains the right number, else 0), group-normalised
@@ -11,7 +12,7 @@ learning rate, and one optimiser step per batch.
 TRL: ``num_iterations=1``, ``gradient_accumulation_steps=1`` (so it skips its "old log-prob"
 forward and uses the current log-probs, detached), ``per_device_train_batch_size = P * G``,
 ``num_generations = G``, ``loss_type="dapo"`` (its default: the same token-level averaging as
-``marl.loss.grpo_loss``), ``scale_rewards="group"``, no vLLM, ``use_cpu``, fp32 (``bf16=False``),
+``marl.loss.grpo_loss``), ``scale_rewards="group"``, no vLLM, ``use_cpu``, fp32 (``bf16=False``; ``bf16=True`` with ``--precision bf16``),
 ``gradient_checkpointing=False`` (TRL's default is True; ours does not checkpoint),
 ``report_to=[]``.  Ours: ``ModelHost`` + one adapter, one batched ``host.generate`` over the
 P x G prompts, the reward, ``marl.advantages.global_advantages`` (groups = question index),
@@ -139,6 +140,8 @@ def main() -> None:
     ap.add_argument("--update-steps", type=int, default=2, help="timed update-only rounds")
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                    help="both sides: bf16 autocast, weights and AdamW state fp32 (TRL bf16=True)")
     ap.add_argument("--profile", type=Path, default=None,
                     help="write a cProfile of our untimed warm-up step(s) to this file")
     args = ap.parse_args()
@@ -161,6 +164,7 @@ def main() -> None:
     from agents.hf import ModelHost
     from agents.models import load_model, model_cache_dir
     from marl.advantages import Samples, global_advantages
+    from agents.precision import autocast
     from marl.learner import Learner, TrainItem
 
     warnings.filterwarnings("ignore")
@@ -177,7 +181,7 @@ def main() -> None:
     host.add_adapter(ADAPTER, r=8, alpha=16, dropout=0.0, targets=("q_proj", "v_proj"),
                      seed=args.seed)
     learner = Learner(host, [ADAPTER], lr=args.lr, clip_low=0.2, clip_high=0.28,
-                      max_grad_norm=1.0, micro_batch=P * G)
+                      max_grad_norm=1.0, micro_batch=P * G, precision=args.precision)
     host.model.eval()
     our_prompts = [host.prompt_ids([{"role": "user", "content": q}])[0] for q, _ in qa]
     rng = random.Random(args.seed)
@@ -191,7 +195,7 @@ def main() -> None:
     def our_step(record: bool) -> None:
         t0 = now()
         prompts = [p for p in our_prompts for _ in range(G)]
-        with host.use(ADAPTER):
+        with host.use(ADAPTER), autocast(args.precision, host.device):
             comps, logps = host.generate(prompts, T, 1.0, 1.0, rng.randrange(2**31 - 1))
         gen = since(t0)
         t1 = now()
@@ -232,7 +236,7 @@ def main() -> None:
     whole_end = args.warmup + args.steps  # TRL's global_step after the last whole step
     config = GRPOConfig(
         output_dir=tempfile.mkdtemp(prefix="marl-bench-trl-"), report_to=[], use_cpu=True,
-        bf16=False, fp16=False, gradient_checkpointing=False,
+        bf16=args.precision == "bf16", fp16=False, gradient_checkpointing=False,
         per_device_train_batch_size=P * G, num_generations=G, gradient_accumulation_steps=1,
         num_iterations=1, max_completion_length=T, temperature=1.0, top_p=1.0, top_k=0,
         beta=0.0, epsilon=0.2, epsilon_high=0.28, loss_type="dapo", scale_rewards="group",
