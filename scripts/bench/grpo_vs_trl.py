@@ -163,8 +163,8 @@ def main() -> None:
     import agents.hf
     from agents.hf import ModelHost
     from agents.models import load_model, model_cache_dir
-    from marl.advantages import Samples, global_advantages
     from agents.precision import autocast
+    from marl.advantages import Samples, global_advantages
     from marl.learner import Learner, TrainItem
 
     warnings.filterwarnings("ignore")
