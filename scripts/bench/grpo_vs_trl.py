@@ -12,7 +12,8 @@ learning rate, and one optimiser step per batch.
 TRL: ``num_iterations=1``, ``gradient_accumulation_steps=1`` (so it skips its "old log-prob"
 forward and uses the current log-probs, detached), ``per_device_train_batch_size = P * G``,
 ``num_generations = G``, ``loss_type="dapo"`` (its default: the same token-level averaging as
-``marl.loss.grpo_loss``), ``scale_rewards="group"``, no vLLM, ``use_cpu``, fp32 (``bf16=False``; ``bf16=True`` with ``--precision bf16``),
+``marl.loss.grpo_loss``), ``scale_rewards="group"``, no vLLM, ``use_cpu``,
+fp32 (``bf16=False``; ``bf16=True`` with ``--precision bf16``),
 ``gradient_checkpointing=False`` (TRL's default is True; ours does not checkpoint),
 ``report_to=[]``.  Ours: ``ModelHost`` + one adapter, one batched ``host.generate`` over the
 P x G prompts, the reward, ``marl.advantages.global_advantages`` (groups = question index),
