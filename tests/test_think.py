@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import tiny_team
+from helpers import tiny_smoke, tiny_team
 from pydantic import ValidationError
 
 import games
@@ -186,3 +186,10 @@ def test_think_is_refused_where_it_cannot_run() -> None:
         RoleConfig.model_validate({"name": "p", "backend": "openai",
                                    "endpoint": {"base_url": "http://x/v1"},
                                    "decoding": {"mode": "think"}})
+
+
+def test_the_shipped_think_config_trains_on_the_tiny_model(tmp_path: Path) -> None:
+    cfg = tiny_smoke("configs/kuhn_think.yaml")
+    assert cfg.roles[0].decoding.mode == "think"
+    hist = Trainer(cfg, tmp_path / "run").fit()
+    assert len(hist) == 2 and math.isfinite(hist[-1]["eval"]["exploitability"])
