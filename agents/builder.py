@@ -95,7 +95,7 @@ def hf_role_policy(host: ModelHost, adapter: str | None, role: RoleConfig,
     return HFPolicy(host, adapter, mode=dec.mode, temperature=dec.temperature,
                     max_new_tokens=dec.max_new_tokens, top_p=dec.top_p,
                     max_prompt_tokens=dec.max_prompt_tokens, precision=dec.precision,
-                    seed=seed)
+                    seed=seed, think_tokens=dec.think_tokens, think_prompt=dec.think_prompt)
 
 
 def _openai(role: RoleConfig, ctx: BuildContext) -> Policy:

@@ -9,6 +9,7 @@ reference a KL term compares against).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import json
 import random
@@ -498,18 +499,37 @@ class ModelHost:
         return completions, logprobs
 
 
+#: What separates the reasoning from the move in think decoding: the candidates are scored
+#: after ``prompt + reasoning + THINK_SEPARATOR``.
+THINK_SEPARATOR = "\nMove: "
+MODES = ("free", "choice", "think")
+
+
 class HFPolicy:
     """One role on a :class:`ModelHost`: its adapter (or none) and its decoding settings."""
 
     def __init__(self, host: ModelHost, adapter: str | None = None, mode: str = "free",
                  temperature: float = 1.0, max_new_tokens: int = 64, top_p: float = 1.0,
-                 max_prompt_tokens: int = 1024, precision: str = "fp32", seed: int = 0) -> None:
-        if mode not in ("free", "choice"):
-            raise ValueError(f"decoding mode must be 'free' or 'choice', got {mode!r}")
+                 max_prompt_tokens: int = 1024, precision: str = "fp32", seed: int = 0,
+                 think_tokens: int = 48, think_prompt: str = "") -> None:
+        if mode not in MODES:
+            raise ValueError(f"decoding mode must be one of {', '.join(MODES)}, got {mode!r}")
         self.host, self.adapter, self.mode, self.precision = host, adapter, mode, precision
         self.temperature, self.max_new_tokens, self.top_p = temperature, max_new_tokens, top_p
         self.max_prompt_tokens = max_prompt_tokens
+        self.think_tokens, self.think_prompt = think_tokens, think_prompt
         self.rng = random.Random(seed)
+
+    @property
+    def reasons(self) -> bool:
+        """Think mode with a reasoning budget (with none it is choice mode, prompt and all)."""
+        return self.mode == "think" and self.think_tokens > 0
+
+    @property
+    def sampled_table(self) -> bool:
+        """Whether :meth:`probabilities` is a sample: the choice distribution after one
+        sampled reasoning (greedy reasoning is one fixed path, so exact)."""
+        return self.reasons and not greedy(self.temperature)
 
     def reseed(self, seed: int) -> None:
         self.rng = random.Random(seed)
@@ -521,15 +541,30 @@ class HFPolicy:
         """This role's precision, on the device the host is on now (Ray may move it)."""
         return autocast(self.precision, self.host.device)
 
+    def _prompts(self, requests: list[Request]) -> tuple[list[list[int]], list[bool]]:
+        """Each request's prompt ids (the think prompt after its last message when this
+        policy reasons) and whether it was truncated."""
+        out = []
+        for r in requests:
+            messages = r.messages
+            if self.reasons and self.think_prompt:
+                last = messages[-1]
+                messages = [*messages[:-1], {**last, "content": f"{last['content']}\n"
+                                                                f"{self.think_prompt}"}]
+            out.append(self.host.prompt_ids(messages, self.max_prompt_tokens))
+        prompts, cut = zip(*out, strict=True)
+        return list(prompts), list(cut)
+
     def act(self, requests: list[Request]) -> list[Response]:
         if not requests:
             return []
-        prompts, cut = zip(*(self.host.prompt_ids(r.messages, self.max_prompt_tokens)
-                             for r in requests), strict=True)
+        prompts, cut = self._prompts(requests)
         with self.host.use(self.adapter), self._compute():
-            if self.mode == "choice":
-                return self._choose(requests, list(prompts), list(cut))
-            comps, logps = self.host.generate(list(prompts), self.max_new_tokens,
+            if self.reasons:
+                return self._think(requests, prompts, cut)
+            if self.mode != "free":
+                return self._choose(requests, prompts, cut)
+            comps, logps = self.host.generate(prompts, self.max_new_tokens,
                                               self.temperature, self.top_p, self._seed())
         tok = self.host.tokenizer
         return [Response(text=tok.decode(c, skip_special_tokens=True), prompt_ids=p,
@@ -552,12 +587,42 @@ class HFPolicy:
         return [choice_response(req, p, cs, s, self.temperature, self.rng, t)
                 for req, p, cs, s, t in zip(requests, prompts, cands, scores, cut, strict=True)]
 
+    def _reason(self, prompts: list[list[int]]
+                ) -> tuple[list[list[int]], list[list[float]], list[list[int]]]:
+        """Sampled reasoning per prompt, its token log-probs, and the context the choice is
+        scored after: prompt, reasoning (its end-of-sequence token dropped), separator."""
+        reasoning, logps = self.host.generate(prompts, self.think_tokens, self.temperature,
+                                              self.top_p, self._seed())
+        eos, sep = self.host.tokenizer.eos_token_id, self.host.text_ids(THINK_SEPARATOR)
+        contexts = [p + (r[:-1] if r and r[-1] == eos else r) + sep
+                    for p, r in zip(prompts, reasoning, strict=True)]
+        return reasoning, logps, contexts
+
+    def _think(self, requests: list[Request], prompts: list[list[int]],
+               cut: list[bool]) -> list[Response]:
+        """Reason, then choose after the reasoning; both parts' log-probs go to the learner."""
+        reasoning, logps, contexts = self._reason(prompts)
+        cands, scores = self._scores(requests, contexts)
+        tok = self.host.tokenizer
+        out = []
+        for req, p, r, lp, ctx, cs, s, t in zip(requests, prompts, reasoning, logps, contexts,
+                                                cands, scores, cut, strict=True):
+            picked = choice_response(req, p, cs, s, self.temperature, self.rng, t)
+            text = tok.decode(r, skip_special_tokens=True).strip()
+            out.append(dataclasses.replace(
+                picked, text=f"{text}{THINK_SEPARATOR}{picked.text}", completion_ids=r,
+                logprobs=lp + picked.logprobs, choice_prompt_ids=ctx))
+        return out
+
     def probabilities(self, requests: list[Request]) -> list[list[float]]:
-        """The exact choice distribution over each request's legal actions (``choice`` mode
-        semantics whatever this policy's mode): how table policies are read off a model."""
-        prompts = [self.host.prompt_ids(r.messages, self.max_prompt_tokens)[0]
-                   for r in requests]
+        """The choice distribution over each request's legal actions: how table policies
+        are read off a model.  Exact, with ``choice`` semantics whatever this policy's mode,
+        except for a reasoning policy: the distribution after one sampled reasoning
+        (:attr:`sampled_table`), an unbiased one-sample estimate of its table."""
+        prompts, _ = self._prompts(requests)
         with self.host.use(self.adapter), self._compute():
+            if self.reasons:
+                prompts = self._reason(prompts)[2]
             _, scores = self._scores(requests, prompts)
         return [choice_probs(s, self.temperature) for s in scores]
 

@@ -8,7 +8,8 @@ A response carries what training needs: prompt and completion token ids and the 
 the completion under the policy that produced it.  In ``choice`` decoding the policy samples from
 the distribution over the legal actions' texts, ``pi(a|s) = softmax_a(log p(text_a | s) / T)``,
 and reports that single log-prob plus every candidate's token ids, so a learner can recompute
-``log pi(a|s)`` exactly.
+``log pi(a|s)`` exactly.  ``think`` decoding first samples reasoning tokens, then chooses the
+same way after them: the response carries both (docs/algorithms.md#think-then-act).
 """
 
 from __future__ import annotations
@@ -49,6 +50,10 @@ class Response:
     completion token (free decoding) or a single ``log pi(a|s)`` (choice decoding), at the
     sampling ``temperature`` the policy stamps here, so a learner recomputes them at the same
     one (:func:`scale_temperature`).
+
+    Think decoding: ``completion_ids`` are the reasoning tokens, ``logprobs`` their log-probs
+    followed by the choice's, and ``choice_prompt_ids`` the context the candidates were scored
+    after (prompt, reasoning, separator); ``text`` is the reasoning and the move.
     """
 
     text: str
@@ -58,6 +63,7 @@ class Response:
     logprobs: list[float] = field(default_factory=list)
     candidate_ids: list[list[int]] | None = None
     action_probs: list[float] | None = None  # choice decoding: the sampling distribution
+    choice_prompt_ids: list[int] | None = None  # think decoding
     truncated_prompt: bool = False
     temperature: float = 1.0  # what the policy sampled at; 0: greedy
 

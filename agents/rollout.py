@@ -9,16 +9,23 @@ Every decision becomes a :class:`Turn`, recording what training needs (token ids
 and what evaluation needs (parse outcome, legality, timing).  Rewards from the game are
 credited to each agent's latest turn as they arrive (turn-level credit), and episode returns
 are the agents' cumulative rewards.
+
+An answer that names no legal move is handled as ``invalid`` says (``train.invalid_moves``):
+played, so the game forfeits the agent (its own rules); asked again with the answer and the
+error in the chat; or replaced by a random legal move.  The last two stamp the turn with a
+format reward, ``-penalty``, kept apart from the game's rewards.
 """
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
 from agents.agent import Agent
-from agents.policy import Response
+from agents.policy import Request, Response
+from configs.train import InvalidMovesConfig
 from games import InvalidAction, TextGame
 
 ILLEGAL = -1  # what the engine plays when text names no action; the game counts it as illegal
@@ -42,9 +49,11 @@ class Turn:
     candidate_ids: list[list[int]] | None = None
     choice: int | None = None  # index into candidate_ids (choice decoding)
     action_probs: list[float] | None = None  # the distribution ``choice`` was drawn from
+    choice_prompt_ids: list[int] | None = None  # think decoding: what the choice followed
     public: Hashable | None = None  # the game's public_state at the decision, if it has one
     temperature: float = 1.0  # the response's sampling temperature (0: greedy)
     reward: float = 0.0
+    format_reward: float = 0.0  # -penalty for an unplayable answer (retry, penalty handling)
     seconds: float = 0.0
 
 
@@ -67,21 +76,37 @@ class _Running:
     episode: Episode
     env: TextGame
     seats: dict[str, Agent]
+    rng: random.Random  # penalty handling's replacement moves
     last_turn: dict[str, Turn] = field(default_factory=dict)
+    errors: dict[str, tuple[str, str, int]] = field(default_factory=dict)  # retry: text,
+    # error and tries so far of the agent's pending decision
+
+
+def retry_request(request: Request, answer: str, error: str) -> Request:
+    """``request`` with the unplayable ``answer`` and the error appended to the chat."""
+    moves = " ".join(request.action_texts)
+    messages = [*request.messages, {"role": "assistant", "content": answer},
+                {"role": "user", "content": f"That answer cannot be played: {error}. Answer "
+                                            f"again, ending with one of: {moves}"}]
+    return Request(messages=messages, legal=request.legal, action_texts=request.action_texts,
+                   env=request.env, agent=request.agent)
 
 
 class RolloutEngine:
     """Plays ``n`` episodes of ``make_env()`` with ``seating(i)`` choosing each episode's agents.
 
     ``seating(i)`` returns ``{agent_id: Agent}`` for episode ``i`` (so callers rotate seats,
-    sample league opponents, etc.).
+    sample league opponents, etc.).  ``invalid`` says what an unplayable answer does (default:
+    the game's forfeit).
     """
 
     def __init__(self, make_env: Callable[[], TextGame],
-                 seating: Callable[[int], dict[str, Agent]], concurrency: int = 32) -> None:
+                 seating: Callable[[int], dict[str, Agent]], concurrency: int = 32,
+                 invalid: InvalidMovesConfig | None = None) -> None:
         self.make_env = make_env
         self.seating = seating
         self.concurrency = max(1, concurrency)
+        self.invalid = invalid or InvalidMovesConfig()
 
     def play(self, n: int, seed: int = 0, seeds: Sequence[int] | None = None,
              on_episode: Callable[[Episode], None] | None = None) -> list[Episode]:
@@ -113,7 +138,7 @@ class RolloutEngine:
             raise ValueError(f"seating for episode {i} leaves seats empty: {sorted(missing)}")
         ep = Episode(index=i, game=env.metadata["name"], seed=seed,
                      seats={a: seats[a].name for a in env.possible_agents})
-        return _Running(ep, env, seats)
+        return _Running(ep, env, seats, random.Random(seed))
 
     def _step(self, running: Sequence[_Running]) -> None:
         """Answer one pending decision in every running game, batched per policy."""
@@ -123,31 +148,56 @@ class RolloutEngine:
             groups.setdefault(id(r.seats[agent_id].policy), []).append((r, agent_id))
         for items in groups.values():
             policy = items[0][0].seats[items[0][1]].policy
-            requests = [r.seats[a].request(r.env, a) for r, a in items]
+            requests = [self._request(r, a) for r, a in items]
             t0 = time.perf_counter()
             responses = policy.act(requests)
             per = (time.perf_counter() - t0) / len(items)
             for (r, agent_id), req, resp in zip(items, requests, responses, strict=True):
                 self._apply(r, agent_id, req.legal, resp, per)
 
+    @staticmethod
+    def _request(r: _Running, agent_id: str) -> Request:
+        request = r.seats[agent_id].request(r.env, agent_id)
+        if agent_id in r.errors:
+            answer, error, _ = r.errors[agent_id]
+            request = retry_request(request, answer, error)
+        return request
+
     def _apply(self, r: _Running, agent_id: str, legal: list[int], resp: Response,
                seconds: float) -> None:
         env, agent = r.env, r.seats[agent_id]
         public = env.public_state(agent_id)
+        error = None
         if resp.choice is not None:
             action: int | None = legal[resp.choice]
         else:
             parsed = env.parse_action(agent_id, resp.text)
             action = None if isinstance(parsed, InvalidAction) else parsed
+            if action is None:
+                error = parsed.reason
+            elif action not in legal:
+                error = f"{env.action_text(action)} is not a legal move now"
         turn = Turn(episode=r.episode.index, agent=agent_id, name=agent.name, role=agent.role,
                     text=resp.text, action=action, parsed=action is not None,
                     legal=action in legal, prompt_ids=resp.prompt_ids,
                     completion_ids=resp.completion_ids, logprobs=resp.logprobs,
                     candidate_ids=resp.candidate_ids, choice=resp.choice,
-                    action_probs=resp.action_probs, public=public,
-                    temperature=resp.temperature, seconds=seconds)
+                    action_probs=resp.action_probs, choice_prompt_ids=resp.choice_prompt_ids,
+                    public=public, temperature=resp.temperature, seconds=seconds)
         r.episode.turns.append(turn)
         r.last_turn[agent_id] = turn
+        handling = self.invalid.handling
+        if error is None or handling == "forfeit":
+            r.errors.pop(agent_id, None)
+        else:
+            turn.format_reward = -self.invalid.penalty
+            tries = r.errors.pop(agent_id, ("", "", 0))[2] + 1
+            if handling == "retry" and tries <= self.invalid.retries:
+                r.errors[agent_id] = (resp.text, error, tries)
+                return  # the game waits: the agent is asked again
+            if handling == "penalty":
+                action = r.rng.choice(legal)
+                turn.action, turn.legal = action, True
         env.step(ILLEGAL if action is None else action)
         self._credit(r)
         if all(env.terminations[a] or env.truncations[a] for a in env.agents):

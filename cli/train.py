@@ -80,6 +80,10 @@ def eval_exploitability_cmd(
                                                "checkpoint or exported team folder.")],
     game: Annotated[str, typer.Option(help="kuhn_poker or leduc_poker.")] = "kuhn_poker",
     out: Annotated[str | None, typer.Option(help="Write the table and figure as JSON.")] = None,
+    samples: Annotated[int, typer.Option(
+        min=1, help="Reasonings sampled per information state for a think-decoding policy "
+                    "(its table is their mean, with a 95% bootstrap interval); exact "
+                    "policies ignore it.")] = 16,
 ) -> None:
     """Exact exploitability of the table policy a player induces, per information state."""
     quiet_transformers()
@@ -91,7 +95,7 @@ def eval_exploitability_cmd(
 
     import games
     from agents.models import ModelError
-    from orchestrator.evaluation import agent_probs, bot_probs, exploitability_report
+    from orchestrator.evaluation import agent_report, bot_probs, exploitability_report
     from orchestrator.participants import ParticipantLoader
 
     env = games.make(game) if game in games.names() else None
@@ -102,9 +106,8 @@ def eval_exploitability_cmd(
     try:
         with console.status(f"Reading {target}'s policy at every information state..."):
             agent = ParticipantLoader(game).load(target)
-            read = (bot_probs(agent.policy.bot) if agent.role == "bot"
-                    else agent_probs(agent))
-            report = exploitability_report(read, game)
+            report = (exploitability_report(bot_probs(agent.policy.bot), game)
+                      if agent.role == "bot" else agent_report(agent, game, samples))
     except (ModelError, FileNotFoundError, ValueError, TypeError) as exc:
         fail(str(exc))
     names = env.action_names
@@ -118,11 +121,17 @@ def eval_exploitability_cmd(
     console.print(table)
     console.print(f"exploitability: {report.exploitability:.6f}  "
                   f"(NashConv {2 * report.exploitability:.6f})")
+    sampled = {}
+    if report.interval is not None:
+        lo, hi = report.interval
+        console.print(f"{report.level:.0%} bootstrap interval [{lo:.6f}, {hi:.6f}] over "
+                      f"{report.samples} sampled reasonings per information state")
+        sampled = {"interval": [lo, hi], "samples": report.samples, "level": report.level}
     if out:
         with writing(out, partial=Path(out)):
             Path(out).write_text(json.dumps({"game": game, "target": target,
                                              "exploitability": report.exploitability,
-                                             "table": report.table}, indent=1))
+                                             **sampled, "table": report.table}, indent=1))
 
 
 @eval_app.command("population")

@@ -102,13 +102,22 @@ class AdapterConfig(StrictModel):
 class DecodingConfig(StrictModel):
     """How a role turns the model into actions."""
 
-    mode: Literal["free", "choice"] = Field(
+    mode: Literal["free", "choice", "think"] = Field(
         "free", description="free: sample text and parse it; choice: score each legal action "
-                            "and pick from that distribution (no parse failures).")
+                            "and pick from that distribution (no parse failures); think: "
+                            "sample up to think_tokens of reasoning, then choose as choice "
+                            "does after it (docs/algorithms.md#think-then-act).")
     temperature: Float = Field(1.0, ge=0.0, le=100.0,
                                description="Sampling temperature; 0 is greedy.")
     max_new_tokens: Int = Field(64, ge=1, le=4096, description="Token budget per turn (free).")
     top_p: Float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
+    think_tokens: Int = Field(48, ge=0, le=4096,
+                              description="think: most reasoning tokens before the choice; 0 "
+                                          "reasons not at all (the choice mode's prompt and "
+                                          "distribution).")
+    think_prompt: str = Field("Think briefly about your move, in a sentence or two.",
+                              description="think: appended to the last user message, asking "
+                                          "for the reasoning.")
     max_prompt_tokens: Int = Field(
         1024, ge=16, le=1_048_576,
         description="Longer prompts keep their last tokens (the current state and "
@@ -184,9 +193,12 @@ class RoleConfig(StrictModel):
         if self.backend != "openai" and self.endpoint is not None:
             problems.append((("endpoint",), "only allowed with backend 'openai' "
                                             f"(backend is {self.backend!r})"))
-        if self.backend == "openai" and self.decoding.mode == "choice":
+        if self.backend == "openai" and self.decoding.mode != "free":
             problems.append((("decoding", "mode"), "the openai backend samples text and cannot "
                                                    "score candidates; use mode 'free'"))
+        if self.backend == "vllm" and self.decoding.mode == "think":
+            problems.append((("decoding", "mode"), "think decoding runs on backend 'hf' only; "
+                                                   "use backend 'hf' or mode 'choice'"))
         if self.adapter is not None and self.backend in _WEIGHTLESS_BACKENDS:
             problems.append((("adapter",), f"backend {self.backend!r} has no local weights to "
                                            "train; remove the adapter or use backend 'hf'"))

@@ -69,6 +69,23 @@ class MismatchConfig(StrictModel):
     cap: float = Field(2.0, ge=1.0, description="C of the truncated importance weights.")
 
 
+class InvalidMovesConfig(StrictModel):
+    """What training does with an answer that names no legal move (free text): the game's
+    forfeit, another try with the error shown, or a random legal move plus a format penalty
+    (docs/algorithms.md#unplayable-answers)."""
+
+    handling: Literal["forfeit", "retry", "penalty"] = Field(
+        "forfeit", description="forfeit: play it, the game forfeits the agent (its rules); "
+                               "retry: ask the agent again, its answer and the error shown, up "
+                               "to `retries` times, then forfeit; penalty: play a random legal "
+                               "move instead.")
+    penalty: Float = Field(0.5, ge=0.0, le=1e6,
+                           description="retry and penalty: every unplayable answer gets reward "
+                                       "-penalty on top of the game's return (logged as "
+                                       "format_penalties, apart from the game's rewards).")
+    retries: Int = Field(1, ge=1, le=64, description="retry: further tries per decision.")
+
+
 class TrainConfig(StrictModel):
     """Multi-agent GRPO settings."""
 
@@ -140,6 +157,7 @@ class TrainConfig(StrictModel):
     ray: RayConfig = Field(default_factory=RayConfig)
     learner: LearnerConfig = Field(default_factory=LearnerConfig)
     mismatch: MismatchConfig = Field(default_factory=MismatchConfig)
+    invalid_moves: InvalidMovesConfig = Field(default_factory=InvalidMovesConfig)
 
     @model_validator(mode="after")
     def _fp16_on_gpu(self) -> TrainConfig:

@@ -2,7 +2,8 @@
 
 One learner per trainable base model.  It recomputes the log-probs of the sampled decisions
 with gradients (free decoding: every completion token; choice decoding: ``log pi(a|s)`` over the
-legal actions' texts), applies :func:`marl.loss.grpo_loss`, and reports per-agent gradient
+legal actions' texts; think decoding: every reasoning token, then the choice after it as one
+more "token"), applies :func:`marl.loss.grpo_loss`, and reports per-agent gradient
 norms (Dr. MAS's claim is about them): the gradient of each agent's share of the loss is
 accumulated separately and its norm recorded before the optimizer step.  ``epochs`` passes over
 a batch take one optimizer step each against the same sampling-time log-probs, so from the
@@ -41,10 +42,27 @@ class TrainItem:
     completion_ids: list[int]
     old_logprobs: list[float]
     advantage: float
-    candidate_ids: list[list[int]] | None = None  # choice decoding
+    candidate_ids: list[list[int]] | None = None  # choice and think decoding
     choice: int = 0
+    # think decoding: the context the choice was scored after; completion_ids are the
+    # reasoning tokens, old_logprobs theirs followed by the choice's
+    choice_prompt_ids: list[int] | None = None
     temperature: float = 1.0  # the decision's sampling temperature (0: greedy)
     weights: list[float] | None = None  # truncated importance weights (mismatch tis)
+
+    @property
+    def kind(self) -> str:
+        """The decoding that produced it: free, choice or think."""
+        if self.choice_prompt_ids is not None:
+            return "think"
+        return "free" if self.candidate_ids is None else "choice"
+
+    @property
+    def tokens(self) -> int:
+        """What it weighs in the token-averaged loss: its completion tokens (free), one for
+        the choice, or both (think)."""
+        return {"free": len(self.completion_ids), "choice": 1,
+                "think": len(self.completion_ids) + 1}[self.kind]
 
 
 @dataclass
@@ -135,7 +153,7 @@ class Learner:
     def _micro_loss(self, items: list[TrainItem], n_total: int):
         """Loss of ``items`` scaled by their share of the batch's tokens, its forwards in
         the learner's precision (the backward follows the forward's dtypes)."""
-        logp_fn = self._choice_logp if items[0].candidate_ids is not None else self._free_logp
+        logp_fn = self._logp_fn(items[0])
         adv = torch.tensor([it.advantage for it in items], device=self.host.device)
         with autocast(self.precision, self.host.device):
             logp, old, mask, ent = logp_fn(items)
@@ -152,6 +170,11 @@ class Learner:
                               self.kl, ent, self.entropy, weights)
         share = float(mask.sum()) / n_total
         return parts, share
+
+    def _logp_fn(self, item: TrainItem) -> Callable:
+        """The log-prob recomputation of ``item``'s kind (a micro-batch holds one kind)."""
+        return {"free": self._free_logp, "choice": self._choice_logp,
+                "think": self._think_logp}[item.kind]
 
     def _choice_logp(self, items: list[TrainItem]):
         scores = self.host.candidate_scores([it.prompt_ids for it in items],
@@ -170,17 +193,39 @@ class Learner:
         per, ents = self.host.sequence_stats([it.prompt_ids for it in items],
                                              [it.completion_ids for it in items],
                                              items[0].temperature, entropy=want_ent)
-        width = max(len(x) for x in per)
+        ent = torch.stack([e.mean() for e in ents]) if want_ent else None
+        return (*self._padded(items, per), ent)
+
+    def _think_logp(self, items: list[TrainItem]):
+        """Per row: the reasoning tokens' log-probs, then ``log pi(choice | prompt,
+        reasoning)``; the entropy is the mean over those positions (vocabulary, then legal
+        actions)."""
+        want_ent = self.entropy > 0
+        per, ents = self.host.sequence_stats([it.prompt_ids for it in items],
+                                             [it.completion_ids for it in items],
+                                             items[0].temperature, entropy=want_ent)
+        scores = self.host.candidate_scores([it.choice_prompt_ids for it in items],
+                                            [it.candidate_ids for it in items])
+        rows, ent = [], []
+        for i, (it, x, s) in enumerate(zip(items, per, scores, strict=True)):
+            lp = torch.log_softmax(s / scale_temperature(it.temperature), 0)
+            rows.append(torch.cat([x, lp[it.choice : it.choice + 1]]))
+            if want_ent:
+                ent.append(torch.cat([ents[i], -(lp.exp() * lp).sum()[None]]).mean())
+        return (*self._padded(items, rows), torch.stack(ent) if want_ent else None)
+
+    def _padded(self, items: list[TrainItem], rows: list[torch.Tensor]):
+        """Right-padded ``[decisions, tokens]`` log-probs, the items' old ones and the mask."""
+        width = max(len(x) for x in rows)
         dev = self.host.device
         logp = torch.zeros(len(items), width, device=dev)
         old = torch.zeros(len(items), width, device=dev)
         mask = torch.zeros(len(items), width, device=dev)
-        for i, (x, it) in enumerate(zip(per, items, strict=True)):
+        for i, (x, it) in enumerate(zip(rows, items, strict=True)):
             logp[i, : len(x)] = x
             old[i, : len(x)] = torch.tensor(it.old_logprobs, device=dev)
             mask[i, : len(x)] = 1
-        ent = torch.stack([e.mean() for e in ents]) if want_ent else None
-        return logp, old, mask, ent
+        return logp, old, mask
 
     def _chunks(self, group: list[TrainItem]) -> list[list[TrainItem]]:
         """Micro-batches of at most ``micro_batch`` distinct sequences.
@@ -193,7 +238,7 @@ class Learner:
         seen: set = set()
         for it in group:
             keys = ({(tuple(it.prompt_ids), tuple(c)) for c in it.candidate_ids}
-                    if it.candidate_ids is not None else {id(it)})
+                    if it.kind == "choice" else {id(it)})
             if not chunks or len(seen | keys) > self.micro_batch:
                 chunks.append([])
                 seen = set()
@@ -210,8 +255,7 @@ class Learner:
         if lr is not None:
             self.optimizer.set_lr(lr)
         items = [it for it in items if it.completion_ids or it.candidate_ids]
-        n_total = sum(1 if it.candidate_ids is not None else len(it.completion_ids)
-                      for it in items)
+        n_total = sum(it.tokens for it in items)
         mismatch = None
         if self.correction != "none" and items:
             items, mismatch = self._relabel(items)
@@ -230,9 +274,9 @@ class Learner:
         out, diffs = [], []
         by_adapter: dict[tuple, list[TrainItem]] = defaultdict(list)
         for it in items:
-            by_adapter[(it.adapter, it.candidate_ids is not None)].append(it)
-        for (adapter, choice), group in sorted(by_adapter.items()):
-            logp_fn = self._choice_logp if choice else self._free_logp
+            by_adapter[(it.adapter, it.kind)].append(it)
+        for (adapter, _), group in sorted(by_adapter.items()):
+            logp_fn = self._logp_fn(group[0])
             with self.host.use(adapter):
                 for chunk in self._chunks(group):
                     logp = logp_fn(chunk)[0]
@@ -251,7 +295,7 @@ class Learner:
         self.optimizer.zero_grad()
         by_agent: dict[tuple, list[TrainItem]] = defaultdict(list)
         for it in items:
-            by_agent[(it.adapter, it.candidate_ids is not None, str(it.agent))].append(it)
+            by_agent[(it.adapter, it.kind, str(it.agent))].append(it)
         totals = defaultdict(float)
         agent_norms: dict[str, float] = {}
         self.host.model.train()

@@ -187,9 +187,11 @@ class Trainer:
 
     # ----- samples and advantages
     def _reward(self, ep: Episode, turn: Turn) -> float:
+        """The game's return (scaled), plus the turn's own format reward
+        (train.invalid_moves), which no other turn shares."""
         base = (float(np.mean(list(ep.returns.values()))) if self.tc.reward == "team"
                 else ep.returns[turn.agent])
-        return base * self.tc.reward_scales.get(turn.agent, 1.0)
+        return base * self.tc.reward_scales.get(turn.agent, 1.0) + turn.format_reward
 
     def samples(self, episodes: list[Episode], specs: list[EpisodeSpec]
                 ) -> tuple[list[tuple[Episode, Turn]], Samples]:
@@ -205,7 +207,8 @@ class Trainer:
             # RAE's baseline is per player position in self-play (SPIRAL): the agent key
             games=[ep.game for ep, _ in rows], roles=agents,
             episodes=[ep.index for ep, _ in rows],
-            turn_rewards=[t.reward * tc.reward_scales.get(t.agent, 1.0) for _, t in rows],
+            turn_rewards=[t.reward * tc.reward_scales.get(t.agent, 1.0) + t.format_reward
+                          for _, t in rows],
             publics=[t.public for _, t in rows], choices=[t.choice for _, t in rows],
             probs=[t.action_probs for _, t in rows])
 
@@ -219,9 +222,8 @@ class Trainer:
             out[host_of[t.role]].append(TrainItem(
                 adapter=t.role, agent=f"{t.role}/{t.agent}", prompt_ids=t.prompt_ids,
                 completion_ids=t.completion_ids, old_logprobs=t.logprobs, advantage=float(a),
-                candidate_ids=t.candidate_ids,
-                choice=t.choice or 0,
-                temperature=t.temperature))
+                candidate_ids=t.candidate_ids, choice=t.choice or 0,
+                choice_prompt_ids=t.choice_prompt_ids, temperature=t.temperature))
         return dict(out)
 
     # ----- one step
@@ -305,8 +307,10 @@ class Trainer:
         m["advantage"] = {k: {"mean": float(np.mean(v)), "std": float(np.std(v))}
                           for k, v in sorted(cells.items())}
         turns = [t for ep in episodes for t in ep.turns if t.role in self.trainable_roles]
-        gen_tokens = sum(len(t.completion_ids) for t in turns if t.candidate_ids is None)
+        gen_tokens = sum(len(t.completion_ids) for t in turns
+                         if t.candidate_ids is None or t.choice_prompt_ids is not None)
         m["parse_error_rate"] = float(np.mean([not t.parsed for t in turns])) if turns else 0.0
+        m["format_penalties"] = sum(t.format_reward != 0 for t in turns)
         m["tokens_per_s"] = gen_tokens / max(seconds["rollout"], 1e-9)
         m["decisions"] = len(turns)
         m["learner"] = {k: {"loss": s.loss, "grad_norm": s.grad_norm, "kl": s.kl,

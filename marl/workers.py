@@ -170,7 +170,8 @@ class RolloutWorker:
         game = self.cfg.game
         engine = RolloutEngine(lambda: games.make(game.name, **game.kwargs),
                                lambda i: seatings[i],
-                               concurrency=self.cfg.train.concurrency if self.cfg.train else 64)
+                               concurrency=self.cfg.train.concurrency if self.cfg.train else 64,
+                               invalid=self.cfg.train.invalid_moves if self.cfg.train else None)
         return engine.play(len(specs), seeds=[s.seed for s in specs])
 
     def exploitability(self) -> float:

@@ -5,12 +5,20 @@ and its action distribution there is read off: a model in one batched scoring pa
 ``choice`` distribution over the legal actions' texts, the same one a choice-mode policy
 samples from in play), a bot through its ``action_probs``.  The game layer then evaluates
 the table exactly (NashConv against best responders).
+
+A policy that reasons before it chooses (think decoding) has no exact table here: its
+distribution at a state is the mean over reasonings of the choice distribution after each.
+:func:`agent_report` samples K reasonings per state, evaluates the table of their means, and
+gives a percentile bootstrap interval (the K samples of every state resampled with
+replacement, independently per state).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+
+import numpy as np
 
 from agents import Agent
 from games import TextGame
@@ -22,9 +30,15 @@ Table = dict[str, dict[int, float]]
 
 @dataclass
 class ExploitabilityReport:
+    """``interval`` (sampled tables only): the bootstrap interval at ``level``, from
+    ``samples`` reads per information state."""
+
     game: str
     exploitability: float
     table: Table
+    interval: tuple[float, float] | None = None
+    samples: int = 1
+    level: float = 0.95
 
 
 def agent_probs(agent: Agent, batch: int = 32) -> Callable[[Positions], list[dict]]:
@@ -61,3 +75,40 @@ def exploitability_report(read: Callable[[Positions], list[dict]],
                           game: str) -> ExploitabilityReport:
     table = table_policy(read, game)
     return ExploitabilityReport(game, exploitability(game, table), table)
+
+
+def _mean(dists: list[dict]) -> dict[int, float]:
+    return {a: float(np.mean([d[a] for d in dists])) for a in dists[0]}
+
+
+def sampled_report(read: Callable[[Positions], list[dict]], game: str, samples: int,
+                   resamples: int = 200, level: float = 0.95, seed: int = 0
+                   ) -> ExploitabilityReport:
+    """Exploitability of the mean of ``samples`` reads per information state (``read``
+    returns a sampled distribution per position), with a percentile bootstrap interval over
+    ``resamples`` resamplings of each state's reads."""
+    if samples < 1:
+        raise ValueError(f"samples must be >= 1, got {samples}")
+    positioned = info_state_envs(game)
+    positions = list(positioned.values())
+    draws = list(zip(*(read(positions) for _ in range(samples)), strict=True))
+    keys = list(positioned)
+    table = {k: _mean(list(d)) for k, d in zip(keys, draws, strict=True)}
+    rng = np.random.default_rng(seed)
+    boot = [exploitability(game, {k: _mean([d[j] for j in rng.integers(0, samples, samples)])
+                                  for k, d in zip(keys, draws, strict=True)})
+            for _ in range(resamples)]
+    lo, hi = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2])
+    return ExploitabilityReport(game, exploitability(game, table), table,
+                                (float(lo), float(hi)), samples, level)
+
+
+def agent_report(agent: Agent, game: str, samples: int = 1, batch: int = 32
+                 ) -> ExploitabilityReport:
+    """A model agent's exploitability: exact from its choice distribution, or, for a policy
+    whose table is sampled (``sampled_table``: think decoding), from ``samples`` reasonings
+    per information state with their bootstrap interval."""
+    read = agent_probs(agent, batch)
+    if getattr(agent.policy, "sampled_table", False):
+        return sampled_report(read, game, samples)
+    return exploitability_report(read, game)

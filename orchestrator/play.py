@@ -83,7 +83,8 @@ def rotating_seating(participants: list[Agent], seats: list[str]) -> Callable[[i
 def episode_json(ep: Episode) -> str:
     d = asdict(ep)
     for t in d["turns"]:  # token ids are for training, not for reading
-        for key in ("prompt_ids", "completion_ids", "candidate_ids", "logprobs"):
+        for key in ("prompt_ids", "completion_ids", "candidate_ids", "choice_prompt_ids",
+                    "logprobs"):
             t.pop(key, None)
     return json.dumps(d)
 

@@ -15,3 +15,17 @@ roles:
 {extra}game: {{name: {game}}}
 train:
 {train}"""
+
+
+def tiny_smoke(path: str, steps: int = 2):
+    """A shipped team file on the tiny model: ``steps`` small steps, in this process."""
+    from pathlib import Path
+
+    from configs import load_config
+
+    cfg = load_config(Path(__file__).resolve().parents[1] / path)
+    roles = [r.replace(model="tiny-random", adapter=r.adapter.replace(r=4, alpha=8))
+             for r in cfg.roles]
+    train = cfg.train.replace(steps=steps, group_size=2, groups_per_step=2, max_minutes=None,
+                              ray=cfg.train.ray.replace(enabled=False))
+    return cfg.replace(roles=roles, train=train)

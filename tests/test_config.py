@@ -124,7 +124,8 @@ def test_out_of_range_and_bad_literal(tmp_path: Path) -> None:
     assert problems(tmp_path, text) == [
         f"{f}:9:20: roles.1.decoding.temperature: input should be greater than or equal to 0, "
         "got -1",
-        f"{f}:10:13: roles.1.decoding.mode: input should be 'free' or 'choice', got 'greedy'"]
+        f"{f}:10:13: roles.1.decoding.mode: input should be 'free', 'choice' or 'think', "
+        "got 'greedy'"]
 
 
 def test_unknown_key_points_at_the_key_with_a_hint(tmp_path: Path) -> None:
