@@ -137,3 +137,39 @@ def test_team_run_raises_instead_of_answering_empty(tmp_path: Path) -> None:
     team = Team.from_yaml(path)
     with pytest.raises(EndpointError, match=url):
         team.run("What is 2 + 3?")
+
+
+def mixed_team(tmp_path: Path, url: str) -> Path:
+    path = tmp_path / "mixed.yaml"
+    path.write_text(f"""\
+schema: marl-teams/v1
+name: mixed
+roles:
+  - {{name: local, model: tiny-random}}
+  - {{name: bot, backend: scripted, model: random}}
+  - name: hosted
+    backend: openai
+    model: gpt-4o-mini
+    endpoint: {{base_url: "{url}"}}
+game: {{name: split_arithmetic}}
+""")
+    return path
+
+
+def test_models_check_probes_every_role(tmp_path: Path, scripted_server) -> None:
+    scripted_server.script = [(200, answer("ok"))]
+    runner = CliRunner(env={"COLUMNS": "200"})
+    result = runner.invoke(app, ["models", "check", str(mixed_team(tmp_path,
+                                                                   scripted_server.url))])
+    assert result.exit_code == 0, result.output
+    rows = {line.split("│")[1].strip(): line for line in result.output.splitlines()
+            if line.count("│") > 4}
+    assert {"local", "bot", "hosted"} <= set(rows)
+    assert all(" ok " in rows[r] and " s " in rows[r] for r in ("local", "bot", "hosted"))
+    assert scripted_server.calls == 1
+
+    url = f"http://127.0.0.1:{closed_port()}/v1"
+    result = runner.invoke(app, ["models", "check", str(mixed_team(tmp_path, url))])
+    assert result.exit_code == 2, result.output
+    assert f"{url}/chat/completions" in result.output and "ConnectError" in result.output
+    assert "error: 1 of 3 roles failed: hosted" in result.output
