@@ -14,6 +14,14 @@ Scale: ratings are natural log-odds ``theta`` printed in Elo-like points,
 - :func:`elo` is the sequential view (fixed K, match order); :func:`openskill_ratings` the
   Weng-Lin (Plackett-Luce) view for games with more than two seats (extra ``openskill``).
 - :func:`seat_scores`, :func:`cross_play` and :func:`records` are plain counts.
+
+Where the returns are more than win/draw/loss (chips in poker: :func:`scores_margins`), a
+win count misranks: an equilibrium player wins small pots and loses few big ones.  There the
+primary rating is the mean return against the field with bootstrap intervals
+(:func:`mean_return_intervals`; the games of one duplicate deal resample together), and
+:func:`nash_average` rates each player by its mean return against the maximum-entropy Nash
+mixture of the population (Balduzzi et al. 2018, "Re-evaluating evaluation"), which no
+non-transitive cycle or copy of a player can inflate.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ class Outcome:
 
     players: tuple[str, ...]
     returns: tuple[float, ...]
+    deal: int | None = None  # games dealt alike (duplicate format) share it; None: alone
 
 
 def pair_score(a: float, b: float) -> float:
@@ -218,6 +227,85 @@ def openskill_ratings(outcomes: Sequence[Outcome], players: Sequence[str]
     return {p: (float(r.mu), float(r.sigma)) for p, r in rating.items()}
 
 
+def scores_margins(outcomes: Sequence[Outcome]) -> bool:
+    """Whether the returns say by how much, not just who won: more than one nonzero size
+    (Kuhn poker's 1 and 2 chips; tic-tac-toe's 1 is a win and nothing more)."""
+    return len({abs(r) for o in outcomes for r in o.returns} - {0.0}) > 1
+
+
+def mean_return_intervals(outcomes: Sequence[Outcome], players: Sequence[str], samples: int,
+                          seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Each player's mean return over its games, and 95% percentile bootstrap intervals,
+    shape (players, 2).  A resample draws deals (the games sharing ``Outcome.deal``, every
+    seat order of one duplicate deal) with replacement, so the luck of the cards that the
+    duplicate format cancels stays cancelled in the intervals too."""
+    index = {p: i for i, p in enumerate(players)}
+    units: dict[object, int] = {}
+    for g, o in enumerate(outcomes):
+        units.setdefault(("deal", o.deal) if o.deal is not None else ("game", g), len(units))
+    total, count = np.zeros((len(units), len(players))), np.zeros((len(units), len(players)))
+    for g, o in enumerate(outcomes):
+        u = units[("deal", o.deal) if o.deal is not None else ("game", g)]
+        for p, r in zip(o.players, o.returns, strict=True):
+            total[u, index[p]] += r
+            count[u, index[p]] += 1
+    with np.errstate(invalid="ignore", divide="ignore"):
+        means = total.sum(0) / count.sum(0)
+        if samples <= 0 or not units:
+            return means, np.full((len(players), 2), np.nan)
+        rng = np.random.default_rng(seed)
+        weights = np.stack([np.bincount(rng.integers(0, len(units), len(units)),
+                                        minlength=len(units)) for _ in range(samples)])
+        draws = (weights @ total) / (weights @ count)
+        return means, np.nanpercentile(draws, [2.5, 97.5], axis=0).T
+
+
+#: Players beyond which :func:`nash_average` is not attempted (it tries every support).
+NASH_MAX_PLAYERS = 14
+
+
+def nash_average(payoff: np.ndarray, tol: float = 1e-9) -> tuple[np.ndarray, np.ndarray]:
+    """The maximum-entropy Nash mixture ``p`` of the symmetric zero-sum game ``A`` (the
+    antisymmetric part of ``payoff``; never-met pairs count 0) and each player's return
+    against it, ``A p``: <= 0 for everyone, 0 on the mixture's support.
+
+    Because ``A = -A^T`` the game's value is 0 and its equilibria are ``{p in simplex: A p
+    <= 0}``.  Exactly, by support enumeration: on each support ``S`` the equilibrium solves
+    ``A_SS p_S = 0, sum p_S = 1`` (least squares, kept when the residual, positivity and
+    ``A p <= 0`` hold to ``tol`` relative to the largest payoff); the one of highest entropy
+    is returned.  That is the unique equilibrium when there is one (the generic case) and
+    spreads a player's copies evenly; among several equilibria on one support it is the
+    least-norm one.
+    """
+    a = np.nan_to_num(np.asarray(payoff, dtype=np.float64))
+    a = (a - a.T) / 2
+    n, scale = len(a), float(np.abs(a).max(initial=0.0))
+    if n > NASH_MAX_PLAYERS:
+        raise ValueError(f"Nash averaging enumerates supports: at most {NASH_MAX_PLAYERS} "
+                         f"players, not {n}")
+    if scale == 0:
+        return np.full(n, 1 / max(n, 1)), np.zeros(n)
+    a = a / scale
+    best, best_entropy = None, -math.inf
+    for mask in range(1, 2 ** n):
+        support = [i for i in range(n) if mask >> i & 1]
+        system = np.vstack([a[np.ix_(support, support)], np.ones(len(support))])
+        target = np.append(np.zeros(len(support)), 1.0)
+        sub = np.linalg.lstsq(system, target, rcond=None)[0]
+        if np.abs(system @ sub - target).max() > tol or sub.min() < -tol:
+            continue
+        p = np.zeros(n)
+        p[support] = np.clip(sub, 0.0, None)
+        p /= p.sum()
+        if (a @ p).max() > tol:
+            continue
+        entropy = float(-(p[p > 0] * np.log(p[p > 0])).sum())
+        if entropy > best_entropy + tol:
+            best, best_entropy = p, entropy
+    assert best is not None  # a finite symmetric zero-sum game has an equilibrium
+    return best, scale * (a @ best)
+
+
 def seat_scores(outcomes: Sequence[Outcome]) -> list[float]:
     """Mean score per seat (against every other seat; 1/2 means no seat advantage)."""
     seats = max((len(o.players) for o in outcomes), default=0)
@@ -273,6 +361,10 @@ class Rating:
     elo: float
     mean_return: float  # chips in poker, where a win/loss score ignores the margin
     openskill: tuple[float, float] | None = None  # (mu, sigma)
+    return_low: float = math.nan   # 95% bootstrap interval of mean_return
+    return_high: float = math.nan
+    nash_average: float = math.nan  # mean return against the max-entropy Nash mixture
+    nash_mass: float = math.nan     # this player's probability in that mixture
 
 
 @dataclass
@@ -289,12 +381,15 @@ class RatingReport:
     prior: float
     notes: list[str] = field(default_factory=list)
     elo_k: float = 16.0
+    by_return: bool = False  # ranked by mean return (the game scores margins), else by BT
 
 
 def rate(outcomes: Sequence[Outcome], players: Sequence[str], anchor: str,
          anchor_rating: float = 0.0, bootstrap: int = 200, seed: int = 0,
          elo_k: float = 16.0) -> RatingReport:
-    """All views of a tournament's games; OpenSkill when a game has more than two seats."""
+    """All views of a tournament's games; OpenSkill when a game has more than two seats.
+    Ranked by mean return where the game scores margins (:func:`scores_margins`), else by
+    the Bradley-Terry rating."""
     players = list(players)
     a = players.index(anchor)
     comp = Comparisons.of(outcomes, players)
@@ -314,16 +409,17 @@ def rate(outcomes: Sequence[Outcome], players: Sequence[str], anchor: str,
         notes.append(f"no finite maximum-likelihood fit from these games alone: {fit.prior} "
                      "virtual drawn games per pair were added")
     counts = records(outcomes, players)
-    returns: dict[str, list[float]] = {p: [] for p in players}
-    for o in outcomes:
-        for p, r in zip(o.players, o.returns, strict=True):
-            returns[p].append(r)
+    means, means_ci = mean_return_intervals(outcomes, players, bootstrap, seed)
+    payoff, mean_return = cross_play(comp)
+    mass, versus_nash = nash_average(mean_return)
     rows = [Rating(p, float(anchor_rating + SCALE * fit.theta[i]),
                    float(anchor_rating + SCALE * ci[i, 0]),
                    float(anchor_rating + SCALE * ci[i, 1]), *counts[p], elo=float(elo_r[i]),
-                   mean_return=float(np.mean(returns[p])) if returns[p] else math.nan,
-                   openskill=skill.get(p)) for i, p in enumerate(players)]
-    rows.sort(key=lambda r: -r.rating)
-    payoff, mean_return = cross_play(comp)
+                   mean_return=float(means[i]), openskill=skill.get(p),
+                   return_low=float(means_ci[i, 0]), return_high=float(means_ci[i, 1]),
+                   nash_average=float(versus_nash[i]), nash_mass=float(mass[i]))
+            for i, p in enumerate(players)]
+    by_return = scores_margins(outcomes)
+    rows.sort(key=lambda r: -(r.mean_return if by_return else r.rating))
     return RatingReport(players, anchor, rows, payoff, mean_return, seat_scores(outcomes),
-                        SCALE * fit.home, fit.prior, notes, elo_k)
+                        SCALE * fit.home, fit.prior, notes, elo_k, by_return)

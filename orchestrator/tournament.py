@@ -39,6 +39,7 @@ from configs.tournament import ParticipantConfig, TournamentConfig
 from games.bots import bot_names
 from infra.actors import ActorPool, ActorPoolError, start_ray
 from infra.jsonl import complete_lines
+from infra.layout import checkpoint_folder
 from infra.seeds import derive_seed, reseed
 from orchestrator.participants import ParticipantLoader, bot_name
 from orchestrator.population import seat_member
@@ -93,7 +94,8 @@ class MatchRecord:
 
     def outcome(self) -> Outcome:
         seats = list(self.seats)
-        return Outcome(tuple(self.seats[s] for s in seats), tuple(self.returns[s] for s in seats))
+        return Outcome(tuple(self.seats[s] for s in seats), tuple(self.returns[s] for s in seats),
+                       deal=self.seed)  # every seat order of a duplicate deal shares the seed
 
 
 # ----- schedules
@@ -217,6 +219,20 @@ def source_problems(cfg: TournamentConfig, base: Path) -> list[PathProblem]:
                              f"({', '.join(bot_names(cfg.game.name))}) nor an existing file or "
                              f"folder ({path})"))
     return problems
+
+
+def resolution_notes(cfg: TournamentConfig, base: Path) -> list[str]:
+    """Which checkpoint each run participant played, e.g. ``trained = RUN/best ->
+    step_000027``: a run's ``best`` and ``latest`` move as training goes on."""
+    notes = []
+    for p in cfg.participants:
+        if p.source is None or bot_name(p.source, cfg.game.name) is not None:
+            continue
+        path = Path(resolve_source(p.source, cfg.game.name, base))
+        folder = checkpoint_folder(path)
+        if folder != path:
+            notes.append(f"{p.name} = {p.source} -> {folder.name}")
+    return notes
 
 
 def load_participant(loader: ParticipantLoader, p: ParticipantConfig, base: Path) -> Agent:
@@ -394,6 +410,7 @@ class Tournament:
         records = self.log.finished()
         report = rate([r.outcome() for r in records], self.cfg.names(), self.cfg.anchor_name(),
                       self.cfg.anchor_rating, self.cfg.bootstrap, self.cfg.seed)
+        report.notes += resolution_notes(self.cfg, self.base)
         return TournamentResult(self.cfg, records, report, self.resumed, self.played)
 
     def load(self) -> None:

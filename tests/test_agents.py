@@ -15,7 +15,7 @@ from agents import Agent
 from agents.builder import build_roster
 from agents.hf import HFPolicy, ModelHost, head_clusters
 from agents.models import build_tiny_random
-from agents.openai_backend import OpenAIPolicy
+from agents.openai_backend import EndpointError, OpenAIPolicy
 from agents.policy import Request, Response, greedy, scale_temperature
 from agents.rollout import RolloutEngine
 from agents.scripted import ScriptedPolicy
@@ -231,8 +231,10 @@ def test_openai_backend_against_loopback_server(monkeypatch: pytest.MonkeyPatch)
         assert len(out) == 3 and pol.errors == 0
         assert _ChatServer.seen[0]["auth"] == "Bearer sk-test"
         assert _ChatServer.seen[0]["model"] == "tiny"
-        dead = OpenAIPolicy("http://127.0.0.1:9/v1", "tiny", timeout=2)
-        assert dead.act(reqs[:1])[0].text == "" and dead.errors == 1
+        dead = OpenAIPolicy("http://127.0.0.1:9/v1", "tiny", timeout=2, tries=1)
+        with pytest.raises(EndpointError, match="127.0.0.1:9/v1"):  # never an empty answer
+            dead.act(reqs[:1])
+        assert dead.errors == 1
     finally:
         server.shutdown()
 

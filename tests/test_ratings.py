@@ -18,10 +18,13 @@ from orchestrator.ratings import (
     cross_play,
     elo,
     fit_bt,
+    mean_return_intervals,
     mle_exists,
+    nash_average,
     openskill_ratings,
     rate,
     records,
+    scores_margins,
     seat_scores,
 )
 
@@ -174,3 +177,50 @@ def test_openskill_missing_is_a_clear_message(monkeypatch: pytest.MonkeyPatch) -
     report = rate(three_player_games(), ["A", "B", "C"], "C", bootstrap=0)
     assert any("marl-teams[openskill]" in n for n in report.notes)
     assert all(r.openskill is None for r in report.ratings)
+
+
+RPS = np.array([[0.0, -1.0, 1.0], [1.0, 0.0, -1.0], [-1.0, 1.0, 0.0]])
+
+
+def test_nash_average_of_rock_paper_scissors_is_uniform_and_rates_all_zero() -> None:
+    p, r = nash_average(RPS)
+    assert p == pytest.approx([1 / 3] * 3) and r == pytest.approx([0.0] * 3, abs=1e-12)
+
+
+def test_nash_average_of_a_transitive_field_puts_all_mass_on_the_best() -> None:
+    p, r = nash_average(np.array([[0.0, 1.0, 2.0], [-1.0, 0.0, 1.0], [-2.0, -1.0, 0.0]]))
+    assert p == pytest.approx([1.0, 0.0, 0.0]) and r == pytest.approx([0.0, -1.0, -2.0])
+
+
+def test_nash_average_ignores_a_dominated_player_and_splits_copies_evenly() -> None:
+    dominated = np.zeros((4, 4))
+    dominated[:3, :3], dominated[3, :3], dominated[:3, 3] = RPS, -0.5, 0.5
+    p, r = nash_average(dominated)
+    assert p == pytest.approx([1 / 3, 1 / 3, 1 / 3, 0.0]) and r[3] == pytest.approx(-0.5)
+    copy = [0, 1, 2, 0]  # a second rock: the two rocks share rock's third
+    p, r = nash_average(RPS[np.ix_(copy, copy)])
+    assert p == pytest.approx([1 / 6, 1 / 3, 1 / 3, 1 / 6]) and r == pytest.approx([0.0] * 4)
+
+
+def test_mean_returns_resample_duplicate_deals_together() -> None:
+    # each deal: A wins 2 from one seat and loses 1 from the other: every deal nets A +1
+    games = [Outcome(("A", "B"), (2.0, -2.0), deal=d) for d in range(20)] + [
+        Outcome(("B", "A"), (1.0, -1.0), deal=d) for d in range(20)]
+    means, ci = mean_return_intervals(games, ["A", "B"], samples=50)
+    assert means == pytest.approx([0.5, -0.5])
+    assert ci.ravel() == pytest.approx([0.5, 0.5, -0.5, -0.5])  # the luck cancels
+    alone = [Outcome(o.players, o.returns) for o in games]
+    assert np.ptp(mean_return_intervals(alone, ["A", "B"], samples=50)[1][0]) > 0
+
+
+def test_chips_rank_by_mean_return_and_win_loss_games_by_bradley_terry() -> None:
+    chips = [Outcome(("A", "B"), (-1.0, 1.0)), Outcome(("A", "B"), (-1.0, 1.0)),
+             Outcome(("A", "B"), (2.0, -2.0)), Outcome(("A", "B"), (2.0, -2.0)),
+             Outcome(("A", "B"), (2.0, -2.0)), Outcome(("B", "A"), (1.0, -1.0)),
+             Outcome(("B", "A"), (1.0, -1.0)), Outcome(("B", "A"), (1.0, -1.0))]
+    assert scores_margins(chips)
+    report = rate(chips, ["A", "B"], "B", bootstrap=0)  # A wins 3 of 8 hands but +0.375 chips
+    assert report.by_return and [r.name for r in report.ratings] == ["A", "B"]
+    wins = [Outcome(o.players, tuple(math.copysign(1.0, x) for x in o.returns)) for o in chips]
+    assert not scores_margins(wins)
+    assert [r.name for r in rate(wins, ["A", "B"], "B", bootstrap=0).ratings] == ["B", "A"]

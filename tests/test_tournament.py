@@ -273,3 +273,4 @@ def test_examples_validate_and_schema_is_current(tmp_path: Path) -> None:
         "docs/tournament.schema.json is stale: run "
         "`marl schema --tournament --out docs/tournament.schema.json`")
     assert json.loads(committed)["properties"]["schema"]["const"] == "marl-teams/tournament/v1"
+
