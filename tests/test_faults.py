@@ -5,6 +5,7 @@ config, diverging run, full disk or unreachable cluster ends in one ``error:`` l
 from __future__ import annotations
 
 import json
+import re
 import socket
 import stat
 import time
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import tiny_team
 from typer.testing import CliRunner
 
 from agents.policy import PolicyError, Request, choice_response
@@ -25,7 +27,6 @@ from marl.checkpoint import save_checkpoint
 from marl.loggers import JsonlLogger
 from marl.trainer import Trainer, TrainingError
 from orchestrator.tournament import IDENTITY, Tournament
-from tests.helpers import tiny_team
 
 REPO = Path(__file__).parents[1]
 TINY = REPO / "configs" / "tiny_test.yaml"
@@ -42,6 +43,15 @@ def refused(code: int, output: str, *words: str) -> None:
     """Exit 2 with one ``error:`` line that says ``words``, and no traceback."""
     assert code == 2, output
     assert "error:" in output and "Traceback" not in output, output
+    for w in words:
+        assert w in output, output
+
+
+def located(code: int, output: str, field: str, *words: str) -> None:
+    """Exit 2 with the config loader's ``FILE:LINE:COL: field: message`` line, no traceback."""
+    assert code == 2, output
+    assert re.search(rf"\.yaml:\d+:\d+: {re.escape(field)}: ", output), output
+    assert "Traceback" not in output, output
     for w in words:
         assert w in output, output
 
@@ -139,8 +149,8 @@ def test_bad_game_kwargs_unknown_bots_and_targets(tmp_path: Path) -> None:
     kwargs = tmp_path / "kwargs.yaml"
     kwargs.write_text(tiny_team("kuhn_poker", TRAIN).replace(
         "game: {name: kuhn_poker}", "game: {name: kuhn_poker, kwargs: {foo: 1}}"))
-    refused(*cli("train", str(kwargs), "--out", str(tmp_path / "r")), "foo", "game.kwargs")
-    refused(*cli("play", str(kwargs), "--episodes", "1"), "foo", "game.kwargs")
+    located(*cli("train", str(kwargs), "--out", str(tmp_path / "r")), "game.kwargs", "foo")
+    located(*cli("play", str(kwargs), "--episodes", "1"), "game.kwargs", "foo")
     bot = tmp_path / "bot.yaml"
     bot.write_text(tiny_team("kuhn_poker", TRAIN, count=1, extra=(
         "  - {name: b, backend: scripted, model: nosuchbot}\n")))
@@ -181,7 +191,8 @@ def test_play_without_against_uses_the_league_anchor_or_says_what_is_missing(
     assert code == 0 and "against random" in output, output
     assert len(out.read_text().splitlines()) == 2
     lonely = tmp_path / "lonely.yaml"
-    lonely.write_text(tiny_team("kuhn_poker", TRAIN, count=1))
+    lonely.write_text(tiny_team("kuhn_poker", TRAIN + "  league: {opponents: league}\n",
+                                count=1))
     refused(*cli("play", str(lonely)), "--against", "2 seats")
 
 
