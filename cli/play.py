@@ -65,11 +65,11 @@ def play_cmd(
     except (ModelError, FileNotFoundError, ValueError) as exc:
         fail(str(exc))
     if opponents:
-        n_seats = len(games.make(cfg.game.name, **cfg.game.kwargs).possible_agents)
+        n_seats = len(games.make_from_config(cfg.game).possible_agents)
         opponents = opponents * (n_seats - 1)
     with Progress(console=console, transient=True, disable=human) as bar:
         task = bar.add_task(f"{cfg.game.name}", total=episodes)
-        report = play(roster, cfg.game.name, cfg.game.kwargs, episodes, opponents, seed=seed,
+        report = play(roster, cfg.game, None, episodes, opponents, seed=seed,
                       concurrency=concurrency, transcripts=Path(out),
                       on_episode=lambda ep: bar.advance(task))
     console.print(report_table(report, title=f"{cfg.name} on {cfg.game.name}"))

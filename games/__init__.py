@@ -1,5 +1,7 @@
 """PettingZoo text games for self-play and cooperation.  Knows nothing of LLMs or training.
 
+``games.make_from_config(game_section)`` builds the game a config names (registered, a plugin
+by entry point, or TextArena's) and ``games.check_config`` says what is wrong with it;
 ``games.make(name, **kwargs)`` builds a registered game; ``games.names()`` lists them and
 ``games.check_name(name)`` / ``games.check_kwargs(name, kwargs)`` say what is wrong with a
 name or its arguments.
@@ -7,9 +9,11 @@ name or its arguments.
 
 from games.base import InvalidAction, TextGame
 from games.registry import (
+    check_config,
     check_kwargs,
     check_name,
     make,
+    make_from_config,
     make_parallel,
     names,
     parallel_names,
@@ -32,5 +36,5 @@ import games.tiny_hanabi  # noqa: F401
 
 # --- end of registered game modules ---
 
-__all__ = ["InvalidAction", "TextGame", "check_kwargs", "check_name", "make", "make_parallel",
-           "names", "parallel_names", "register"]
+__all__ = ["InvalidAction", "TextGame", "check_config", "check_kwargs", "check_name", "make",
+           "make_from_config", "make_parallel", "names", "parallel_names", "register"]

@@ -100,10 +100,10 @@ def check_compatible(cfg: TeamConfig) -> None:
     if rollout_kind(cfg) == "team":
         seats = _check_team_task(cfg)
     else:
-        problem = games.check_name(cfg.game.name)
+        problem = games.check_config(cfg.game)
         if problem is not None:
-            raise TrainingError(problem)
-        seats = games.make(cfg.game.name, **cfg.game.kwargs).possible_agents
+            raise TrainingError(f"game.{problem[0]}: {problem[1]}")
+        seats = games.make_from_config(cfg.game).possible_agents
     n_agents = sum(r.count for r in cfg.roles)
     if tc.league.opponents == "self" and n_agents != len(seats):
         raise TrainingError(f"game {cfg.game.name!r} has {len(seats)} seats "
@@ -140,7 +140,7 @@ class Trainer:
         self.run_dir = run
         run.mkdir(parents=True, exist_ok=True)
         team_rollout = rollout_kind(cfg) == "team"
-        env = None if team_rollout else games.make(cfg.game.name, **cfg.game.kwargs)
+        env = None if team_rollout else games.make_from_config(cfg.game)
         self.seats = team_agents(cfg) if env is None else list(env.possible_agents)
         self.estimator = make_estimator(self.tc.advantage, decay=self.tc.rae_decay,
                                         gamma=self.tc.gamma)
