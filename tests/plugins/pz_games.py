@@ -73,6 +73,7 @@ class Pennies(ParallelEnv):
     """Matching pennies, both players at once, for ``rounds`` rounds; no text view of its own."""
 
     metadata = {"name": "pennies", "render_modes": []}
+    render_mode = None
 
     def __init__(self, rounds: int = 1) -> None:
         self.rounds = rounds
