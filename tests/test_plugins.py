@@ -136,3 +136,22 @@ def test_validate_play_train_on_ray_and_tournament_from_the_plain_cli(tmp_path: 
     assert done.returncode == 0, done.stdout + done.stderr
     with (tmp_path / "out" / "ratings.csv").open() as f:
         assert sorted(r["name"] for r in csv.DictReader(f)) == ["a", "b", "run"]
+
+
+def test_games_list_shows_seats_kinds_kwargs_and_exact_evaluation() -> None:
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    result = CliRunner().invoke(app, ["games", "list", "--entry-point",
+                                      "pz_games:closest_number"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]
+            for line in result.output.splitlines() if line.startswith("│")
+            and line.split("│")[1].strip()}
+    assert rows["kuhn_poker"][:2] == ["registry", "2"] and rows["kuhn_poker"][-1] == "yes"
+    assert rows["tiny_hanabi"][2] == "cooperative" and rows["negotiation"][2] == "general-sum"
+    assert rows["pz_games:closest_number"] == ["entry_point", "2", "competitive",
+                                               "target=2, numbers=4", "no"]
+    bad = CliRunner().invoke(app, ["games", "list", "--entry-point", "nowhere_mod:f"])
+    assert bad.exit_code == 2 and "does not import" in bad.output
