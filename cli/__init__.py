@@ -4,6 +4,7 @@ One module per command group, registered here in the order ``marl --help`` lists
 
 - :mod:`cli.configs`: ``validate`` team and tournament files, print their JSON ``schema``;
 - :mod:`cli.models`: ``models list`` (the registry), ``chat`` (ask a model once);
+- :mod:`cli.games`: ``games list`` (every game: seats, kind, arguments, exact evaluation);
 - :mod:`cli.play`: ``play`` a team's game against itself, a bot, a checkpoint or you;
 - :mod:`cli.train`: ``train`` with multi-agent GRPO, ``plot`` a run, ``eval exploitability``;
 - :mod:`cli.tournament`: ``tournament`` (play, resume, rate, report);
@@ -22,12 +23,12 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import typer  # noqa: E402
 
-from cli import configs, models, play, team, tournament, train  # noqa: E402
+from cli import configs, games, models, play, team, tournament, train  # noqa: E402
 from cli.errors import guard  # noqa: E402
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="marl-teams: teams of LLM agents that learn together.")
-for group in (configs, models, play, train, tournament, team):
+for group in (configs, models, games, play, train, tournament, team):
     group.register(app)
 guard(app)  # a full disk or a read-only folder: one `error:` line, exit 2
 

@@ -26,21 +26,20 @@ def fail(message: str) -> NoReturn:
 
 
 def game_problems(game: GameConfig, *, tasks: bool) -> tuple[list[PathProblem], int | None]:
-    """``game.name`` and ``game.kwargs`` checked against the registry (the schema cannot import
-    games): the problems, and the number of seats when it is a game that builds.  With
-    ``tasks`` a cooperative task's name is fine too: a team can answer it in free text."""
+    """The game section checked against the registry (the schema cannot import games): its
+    name, entry point or source imports, ``kwargs`` fit; the problems, and the number of seats
+    when it is a game that builds.  With ``tasks`` a cooperative task's name is fine too: a
+    team can answer it in free text."""
     import games
-    from games.tasks import make_task
+    from games.tasks import make_task, task_names
 
-    problem = games.check_name(game.name, tasks=tasks)
+    problem = games.check_config(game, tasks=tasks)
     if problem is not None:
-        return [(("game", "name"), problem)], None
-    is_game = game.name in games.names()
-    problem = games.check_kwargs(game.name, game.kwargs) if is_game else None
-    if problem is not None:
-        return [(("game", "kwargs"), problem)], None
-    build = (lambda: games.make(game.name, **game.kwargs)) if is_game \
-        else (lambda: make_task(game.name, 0, **game.kwargs))
+        return [(("game", problem[0]), problem[1])], None
+    is_task = game.entry_point is None and game.source == "registry" \
+        and game.name in task_names() and game.name not in games.names()
+    build = (lambda: make_task(game.name, 0, **game.kwargs)) if is_task \
+        else (lambda: games.make_from_config(game))
     try:
         made = build()
     except Exception as exc:  # noqa: BLE001 - each game checks its own arguments its own way

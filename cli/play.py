@@ -53,7 +53,7 @@ def play_cmd(
         fail(f"--mode must be free or choice, got {mode!r}")
     cfg = cfg.with_decoding(mode=mode, temperature=temperature)
     try:
-        n_seats = len(games.make(cfg.game.name, **cfg.game.kwargs).possible_agents)
+        n_seats = len(games.make_from_config(cfg.game).possible_agents)
     except (TypeError, ValueError) as exc:
         fail(f"{config}: game.kwargs {cfg.game.kwargs} do not fit {cfg.game.name}: {exc}")
     n_agents = sum(r.count for r in cfg.roles)
@@ -83,7 +83,7 @@ def play_cmd(
     with (writing(out, partial=Path(out)),
           Progress(console=console, transient=True, disable=human) as bar):
         task = bar.add_task(f"{cfg.game.name}", total=episodes)
-        report = play(roster, cfg.game.name, cfg.game.kwargs, episodes, opponents, seed=seed,
+        report = play(roster, cfg.game, None, episodes, opponents, seed=seed,
                       concurrency=concurrency, transcripts=Path(out),
                       on_episode=lambda ep: bar.advance(task))
     console.print(report_table(report, title=f"{cfg.name} on {cfg.game.name}"))

@@ -315,11 +315,33 @@ _AGENT_REFS = ("edges", "temporal_edges", "final")
 
 
 class GameConfig(StrictModel):
-    """The game the team plays, by registry name (checked outside the schema)."""
+    """The game the team plays: a registry name, an env factory by import path, or a game of
+    another suite (``source``).  Whether it exists is checked outside the schema."""
 
-    name: str = Field(min_length=1, description="Game registry name, e.g. kuhn_poker.")
+    name: str = Field(min_length=1, description=(
+        "Game registry name, e.g. kuhn_poker; with source, the suite's own id (KuhnPoker-v0); "
+        "with entry_point, a label (default: the entry point)."))
+    entry_point: str | None = Field(None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$",
+                                    description=(
+        "'pkg.module:factory' building a PettingZoo AEC or Parallel env (masked or not), "
+        "imported by every process that plays it."))
+    source: Literal["registry", "textarena"] = Field(
+        "registry", description="Where name is looked up: the registry, or TextArena.")
     kwargs: dict[str, Any] = Field(default_factory=dict,
-                                   description="Keyword arguments for games.make(name, ...).")
+                                   description="Keyword arguments for the game's factory.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _label_entry_point(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("entry_point") and not data.get("name"):
+            return {**data, "name": data["entry_point"]}
+        return data
+
+    @model_validator(mode="after")
+    def _one_route(self) -> GameConfig:
+        if self.entry_point is not None and self.source != "registry":
+            raise_problems([(("entry_point",), "give entry_point or source, not both")])
+        return self
 
 
 class TeamConfig(StrictModel):

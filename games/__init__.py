@@ -1,5 +1,7 @@
 """PettingZoo text games for self-play and cooperation.  Knows nothing of LLMs or training.
 
+``games.make_from_config(game_section)`` builds the game a config names (registered, a plugin
+by entry point, or TextArena's) and ``games.check_config`` says what is wrong with it;
 ``games.make(name, **kwargs)`` builds a registered game; ``games.names()`` lists them and
 ``games.check_name(name)`` / ``games.check_kwargs(name, kwargs)`` say what is wrong with a
 name or its arguments.  ``games.least_exploitable_mixture`` and ``games.mixture_exploitability``
@@ -9,9 +11,11 @@ treat a list of table policies as one population.
 from games.base import InvalidAction, TextGame
 from games.population import least_exploitable_mixture, mixture_exploitability, mixture_policy
 from games.registry import (
+    check_config,
     check_kwargs,
     check_name,
     make,
+    make_from_config,
     make_parallel,
     names,
     parallel_names,
@@ -34,6 +38,6 @@ import games.tiny_hanabi  # noqa: F401
 
 # --- end of registered game modules ---
 
-__all__ = ["InvalidAction", "TextGame", "check_kwargs", "check_name", "least_exploitable_mixture",
-           "make", "make_parallel", "mixture_exploitability", "mixture_policy", "names",
-           "parallel_names", "register"]
+__all__ = ["InvalidAction", "TextGame", "check_config", "check_kwargs", "check_name",
+           "least_exploitable_mixture", "make", "make_from_config", "make_parallel",
+           "mixture_exploitability", "mixture_policy", "names", "parallel_names", "register"]

@@ -1,12 +1,17 @@
-"""Adapter: any PettingZoo AEC env with action masks becomes a TextGame.
+"""Adapter: any PettingZoo AEC or Parallel env with Discrete actions becomes a TextGame.
 
-``from_pettingzoo(tictactoe_v3.env)`` wraps an env whose observations are Dicts with a numeric
-``"observation"`` and an ``"action_mask"`` (the PettingZoo classic convention) and gives it the
-same interface as the native games: a ``"text"`` observation entry (rules, a generic summary of
-the observation array, legal moves as ``[0] [1] ...`` or as given ``action_names``),
-``parse_action``, and the retry-then-forfeit handling of illegal moves (the wrapped env never
-sees an illegal action).  ``register_external(name, factory)`` makes it available to
-``games.make``.
+``from_pettingzoo(tictactoe_v3.env)`` gives an env the same interface as the native games: a
+``"text"`` observation entry (rules, a view of the state, legal moves as ``[0] [1] ...`` or as
+given ``action_names``), ``parse_action``, and the retry-then-forfeit handling of illegal moves
+(the wrapped env never sees an illegal action).  Envs whose observations are Dicts with an
+``"observation"`` and an ``"action_mask"`` (the PettingZoo classic convention) have their mask
+obeyed; in any other env every action of the Discrete space is legal (``rps_v2``).  Parallel
+envs are played turn by turn through PettingZoo's ``parallel_to_aec``.
+
+The view comes from, in this order: a ``describe(env, agent)`` argument, the env's own
+``describe(agent)`` method, or a readable default (whose turn it is and the observation).
+``as_text_game`` is what the registry applies to every factory named in a config;
+``register_external(name, factory)`` makes a factory available to ``games.make``.
 
 The wrapped env stays the source of truth: after each of its steps the adapter copies its
 rewards, terminations, truncations and agent selection.  When the wrapped env ends some agents
@@ -22,7 +27,8 @@ from typing import Any
 
 import numpy as np
 from gymnasium import spaces
-from pettingzoo import AECEnv
+from pettingzoo import AECEnv, ParallelEnv
+from pettingzoo.utils.conversions import parallel_to_aec
 
 from games.base import TextGame
 from games.registry import register
@@ -50,6 +56,11 @@ def summarize_array(arr: Any, max_chars: int = 1500) -> str:
     return f"array of shape {shape} with {len(nonzero)} non-zero entries: {' '.join(items)}"
 
 
+def _shown(value: Any, limit: int) -> str:
+    text = str(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def _uniform(values: list[Any], what: str) -> Any:
     if any(v != values[0] for v in values[1:]):
         raise ValueError(f"every agent must have the same {what}; got {values}")
@@ -66,16 +77,18 @@ class PettingZooTextGame(TextGame):
         self.inner = env
         self.possible_agents = list(env.possible_agents)
         obs_spaces = [env.observation_space(a) for a in self.possible_agents]
-        if not all(isinstance(s, spaces.Dict) and {"observation", "action_mask"} <= set(s.spaces)
-                   for s in obs_spaces):
-            raise ValueError("the env needs Dict observations with 'observation' and "
-                             "'action_mask' entries (as PettingZoo classic envs)")
         act_spaces = [env.action_space(a) for a in self.possible_agents]
         if not all(isinstance(s, spaces.Discrete) and s.start == 0 for s in act_spaces):
             raise ValueError("the env needs Discrete action spaces starting at 0")
         n = _uniform([int(s.n) for s in act_spaces], "number of actions")
-        box = obs_spaces[0]["observation"]
-        self.obs_shape = _uniform([s["observation"].shape for s in obs_spaces], "observation shape")
+        self.masked = all(isinstance(s, spaces.Dict) and {"observation", "action_mask"}
+                          <= set(s.spaces) for s in obs_spaces)
+        # a masked env's observation array as it is; any other observation space flattened
+        self._obs_space = None if self.masked else obs_spaces[0]
+        box = obs_spaces[0]["observation"] if self.masked else spaces.flatten_space(obs_spaces[0])
+        self.obs_shape = _uniform([s["observation"].shape if self.masked
+                                   else (spaces.flatdim(s),) for s in obs_spaces],
+                                  "observation shape")
         self.obs_low, self.obs_high = float(np.min(box.low)), float(np.max(box.high))
         self.action_names = list(action_names) if action_names else [str(i) for i in range(n)]
         if len(self.action_names) != n or len(set(self.action_names)) != n:
@@ -113,7 +126,13 @@ class PettingZooTextGame(TextGame):
     def _legal(self, agent: str) -> list[int]:
         if agent not in self.inner.agents:
             return []
+        if not self.masked:
+            return list(range(len(self.action_names)))
         return np.flatnonzero(self.inner.observe(agent)["action_mask"]).tolist()
+
+    def _raw(self, agent: str) -> Any:
+        obs = self.inner.observe(agent)
+        return obs["observation"] if self.masked else obs
 
     def _apply(self, agent: str, action: int) -> None:
         self._inner_actions.append(action)
@@ -133,15 +152,20 @@ class PettingZooTextGame(TextGame):
             self.agent_selection = self.inner.agent_selection
 
     def _encode(self, agent: str) -> np.ndarray:
-        return np.asarray(self.inner.observe(agent)["observation"], dtype=np.float32)
+        raw = self._raw(agent)
+        flat = raw if self._obs_space is None else spaces.flatten(self._obs_space, raw)
+        return np.asarray(flat, dtype=np.float32)
 
     def _describe(self, agent: str) -> str:
         if self._describe_fn is not None:
             return self._describe_fn(self.inner, agent)
+        if callable(getattr(self.inner, "describe", None)):
+            return self.inner.describe(agent)
         turn = ("The game is over." if self._game_over()
                 else f"It is {self.agent_selection}'s turn.")
-        return (f"You are {agent}. {turn}\n"
-                f"Your observation: {summarize_array(self.inner.observe(agent)['observation'])}")
+        raw = self._raw(agent)
+        seen = summarize_array(raw) if np.ndim(raw) else _shown(raw, 1500)
+        return f"You are {agent}. {turn}\nYour observation: {seen}"
 
     def close(self) -> None:
         self.inner.close()
@@ -167,15 +191,29 @@ class PettingZooTextGame(TextGame):
         return twin
 
 
-def from_pettingzoo(env_or_factory: AECEnv | Callable[[], AECEnv], name: str | None = None,
-                    **kwargs: Any) -> PettingZooTextGame:
+def from_pettingzoo(env_or_factory: AECEnv | ParallelEnv | Callable[[], AECEnv | ParallelEnv],
+                    name: str | None = None, **kwargs: Any) -> PettingZooTextGame:
     """Wrap an env instance, or build one from a zero-argument factory and wrap it.
 
     ``kwargs``: ``action_names``, ``rules``, ``describe(env, agent) -> str``, ``zero_sum``,
     and the TextGame options ``max_retries``, ``illegal_reward``, ``render_mode``.
     """
-    env = env_or_factory if isinstance(env_or_factory, AECEnv) else env_or_factory()
+    env = env_or_factory if isinstance(env_or_factory, AECEnv | ParallelEnv) \
+        else env_or_factory()
+    if isinstance(env, ParallelEnv):
+        env = parallel_to_aec(env)
     return PettingZooTextGame(env, name=name, **kwargs)
+
+
+def as_text_game(env: Any, name: str) -> TextGame:
+    """What a config's factory returned, as a TextGame: one already is; a PettingZoo AEC or
+    Parallel env is wrapped (and named ``name`` unless its metadata names it)."""
+    if isinstance(env, TextGame):
+        return env
+    if isinstance(env, AECEnv | ParallelEnv):
+        return from_pettingzoo(env, name=env.metadata.get("name") or name)
+    raise TypeError(f"{name} returned a {type(env).__name__}, not a PettingZoo AECEnv or "
+                    "ParallelEnv")
 
 
 def register_external(name: str, factory: Callable[[], AECEnv],

@@ -2,17 +2,37 @@
 
 Turn-based (AEC) games and the simultaneous-move (``ParallelEnv``) forms some of them also
 offer live in separate tables with the same interface.
+
+A config's game section reaches a game three ways, all resolved by :func:`factory_of` (so every
+process that reads the config, a Ray worker included, builds the same game by import alone):
+
+- ``name``: a registered game, or one an installed package declares in the entry-point group
+  :data:`ENTRY_POINT_GROUP` (``[project.entry-points."marl_teams.games"] my_game =
+  "pkg.module:factory"``), imported when first asked for;
+- ``entry_point: "pkg.module:factory"``: any factory of a PettingZoo AEC or Parallel env;
+- ``source`` (:data:`SOURCES`): a game suite of another package, e.g. TextArena, by its name.
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
+import importlib
 import inspect
+import os
+import sys
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from importlib.metadata import EntryPoint, entry_points
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pettingzoo import AECEnv, ParallelEnv
 
+if TYPE_CHECKING:
+    from configs import GameConfig
+
+ENTRY_POINT_GROUP = "marl_teams.games"
+# source -> the module whose make(name, **kwargs) and names() serve it
+SOURCES = {"textarena": "games.textarena"}
 _GAMES: dict[str, Callable[..., AECEnv]] = {}
 _PARALLEL: dict[str, Callable[..., ParallelEnv]] = {}
 T = TypeVar("T")
@@ -42,8 +62,55 @@ def register(name: str) -> Callable[[T], T]:
     return register_in(_GAMES, "game", name)
 
 
+def load_object(spec: str) -> Any:
+    """``"pkg.module:attr"`` imported.  The working folder is searched last, as ``uvicorn
+    main:app`` does, so a module next to the team file works from the ``marl`` command."""
+    module, sep, attr = spec.partition(":")
+    if not sep or not module or not attr:
+        raise ValueError(f"{spec!r} is not of the form 'pkg.module:factory'")
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name != module.split(".")[0] or os.getcwd() in sys.path:
+            raise
+        sys.path.append(os.getcwd())
+        mod = importlib.import_module(module)
+    obj: Any = mod
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise AttributeError(f"module {module!r} has no {attr!r}") from None
+    return obj
+
+
+@functools.cache
+def _plugins() -> dict[str, EntryPoint]:
+    """The games installed packages declare in :data:`ENTRY_POINT_GROUP` (not yet imported)."""
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def text_factory(factory: Callable[..., Any], name: str) -> Callable[..., AECEnv]:
+    """``factory`` with whatever it builds turned into a TextGame (its signature kept, so
+    ``marl validate`` can check keyword arguments against it)."""
+
+    @functools.wraps(factory)
+    def build(**kwargs: Any) -> AECEnv:
+        from games.external import as_text_game  # external registers through this module
+
+        return as_text_game(factory(**kwargs), name)
+
+    return build
+
+
+def _load_plugin(name: str) -> None:
+    if name not in _GAMES and name in _plugins():
+        _GAMES[name] = text_factory(_plugins()[name].load(), name)
+
+
 def names() -> list[str]:
-    return sorted(_GAMES)
+    """The registered games and the installed packages' plugin games."""
+    return sorted(set(_GAMES) | set(_plugins()))
 
 
 def check_name(name: str, *, tasks: bool = False) -> str | None:
@@ -60,25 +127,35 @@ def check_name(name: str, *, tasks: bool = False) -> str | None:
     return f"unknown game {name!r}; known: {', '.join(known)}"
 
 
-def accepted_kwargs(factory: Callable[..., Any]) -> set[str] | None:
-    """The keyword arguments ``factory`` takes, following ``**kwargs`` up a class's bases (a
-    game passes them on to :class:`~games.base.TextGame`); None when anything goes."""
+def parameters(factory: Callable[..., Any]) -> tuple[dict[str, inspect.Parameter], bool]:
+    """The keyword parameters ``factory`` takes, following ``**kwargs`` up a class's bases (a
+    game passes them on to :class:`~games.base.TextGame`), and whether anything else goes."""
     owners = [c for c in inspect.getmro(factory) if "__init__" in vars(c)] \
         if isinstance(factory, type) else [factory]
-    names: set[str] = set()
+    found: dict[str, inspect.Parameter] = {}
     for owner in owners:
         params = inspect.signature(owner).parameters.values()
-        names |= {p.name for p in params
-                  if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"}
+        for p in params:
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self":
+                found.setdefault(p.name, p)
         if not any(p.kind is p.VAR_KEYWORD for p in params):
-            return names
-    return None
+            return found, False
+    return found, True
 
 
-def check_kwargs(name: str, kwargs: Mapping[str, Any]) -> str | None:
-    """What is wrong with ``kwargs`` for game ``name`` by its signature, or None: the check
-    behind ``marl validate``, so an unknown argument fails there and not at run time."""
-    allowed = accepted_kwargs(_GAMES[name])
+def accepted_kwargs(factory: Callable[..., Any]) -> set[str] | None:
+    """The keyword arguments ``factory`` takes; None when anything goes."""
+    found, open_ended = parameters(factory)
+    return None if open_ended else set(found)
+
+
+def check_kwargs(name: str, kwargs: Mapping[str, Any],
+                 factory: Callable[..., Any] | None = None) -> str | None:
+    """What is wrong with ``kwargs`` for game ``name`` (built by ``factory``, by default the
+    registered one) by its signature, or None: the check behind ``marl validate``, so an
+    unknown argument fails there and not at run time."""
+    _load_plugin(name)
+    allowed = accepted_kwargs(_GAMES[name] if factory is None else factory)
     if allowed is None:
         return None
     for key in kwargs:
@@ -92,7 +169,51 @@ def check_kwargs(name: str, kwargs: Mapping[str, Any]) -> str | None:
 
 def make(name: str, **kwargs) -> AECEnv:
     """Build a registered game; an unknown name lists the known ones."""
+    _load_plugin(name)
     return make_from(_GAMES, "game", name, kwargs)
+
+
+def factory_of(game: GameConfig) -> Callable[..., AECEnv]:
+    """The factory a config's game section names; ``make_from_config`` calls it with the
+    section's ``kwargs``.  Raises ImportError/AttributeError/ValueError for an entry point or
+    source that does not import, KeyError for an unknown name."""
+    if game.entry_point is not None:
+        return text_factory(load_object(game.entry_point), game.name)
+    if game.source != "registry":
+        return functools.partial(importlib.import_module(SOURCES[game.source]).make, game.name)
+    _load_plugin(game.name)
+    if game.name not in _GAMES:
+        raise KeyError(check_name(game.name))
+    return _GAMES[game.name]
+
+
+def make_from_config(game: GameConfig) -> AECEnv:
+    """The game of a config's game section: the one way trainer, workers, tournaments and
+    ``marl play`` build games, so a plugin game needs no registration in any process."""
+    return factory_of(game)(**game.kwargs)
+
+
+def check_config(game: GameConfig, *, tasks: bool = False) -> tuple[str, str] | None:
+    """What is wrong with a game section before anything is built, or None, as (field,
+    message): the name (a cooperative task is fine with ``tasks``), the entry point or source
+    imports, the kwargs fit the factory's signature."""
+    if game.entry_point is None and game.source == "registry":
+        problem = check_name(game.name, tasks=tasks)
+        if problem is not None:
+            return "name", problem
+        if game.name not in names():
+            return None  # a task: games.tasks checks its own arguments
+    field = "entry_point" if game.entry_point is not None else "source"
+    try:
+        if game.source != "registry":
+            problem = importlib.import_module(SOURCES[game.source]).check_name(game.name)
+            if problem is not None:
+                return "name", problem
+        factory = factory_of(game)
+    except (ImportError, AttributeError, ValueError) as exc:
+        return field, f"{game.entry_point or game.source} does not import: {exc}"
+    problem = check_kwargs(game.name, game.kwargs, factory)
+    return None if problem is None else ("kwargs", problem)
 
 
 def register_parallel(name: str) -> Callable[[T], T]:

@@ -103,11 +103,11 @@ def check_compatible(cfg: TeamConfig) -> None:
     if rollout_kind(cfg) == "team":
         seats = _check_team_task(cfg)
     else:
-        problem = games.check_name(cfg.game.name)
+        problem = games.check_config(cfg.game)
         if problem is not None:
-            raise TrainingError(problem)
+            raise TrainingError(f"game.{problem[0]}: {problem[1]}")
         try:
-            seats = games.make(cfg.game.name, **cfg.game.kwargs).possible_agents
+            seats = games.make_from_config(cfg.game).possible_agents
         except (TypeError, ValueError) as exc:
             raise TrainingError(f"game.kwargs {cfg.game.kwargs} do not fit {cfg.game.name!r}: "
                                 f"{exc}") from None
@@ -148,7 +148,7 @@ class Trainer:
         run.mkdir(parents=True, exist_ok=True)
         sweep_orphans(run)  # a trainer owns its run: temps now are a killed run's
         team_rollout = rollout_kind(cfg) == "team"
-        env = None if team_rollout else games.make(cfg.game.name, **cfg.game.kwargs)
+        env = None if team_rollout else games.make_from_config(cfg.game)
         self.seats = team_agents(cfg) if env is None else list(env.possible_agents)
         self.estimator = make_estimator(self.tc.advantage, decay=self.tc.rae_decay,
                                         gamma=self.tc.gamma)

@@ -168,7 +168,7 @@ class RolloutWorker:
     def _play_games(self, specs: list[EpisodeSpec]) -> list[Episode]:
         seatings = [{s: self._participant(p) for s, p in spec.seating} for spec in specs]
         game = self.cfg.game
-        engine = RolloutEngine(lambda: games.make(game.name, **game.kwargs),
+        engine = RolloutEngine(lambda: games.make_from_config(game),
                                lambda i: seatings[i],
                                concurrency=self.cfg.train.concurrency if self.cfg.train else 64,
                                invalid=self.cfg.train.invalid_moves if self.cfg.train else None)

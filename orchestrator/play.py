@@ -18,6 +18,7 @@ import games
 from agents.agent import Agent
 from agents.builder import Roster
 from agents.rollout import Episode, RolloutEngine
+from configs import GameConfig
 
 
 @dataclass
@@ -89,12 +90,15 @@ def episode_json(ep: Episode) -> str:
     return json.dumps(d)
 
 
-def play(roster: Roster, game: str, game_kwargs: dict, episodes: int,
+def play(roster: Roster, game: GameConfig | str, game_kwargs: dict | None, episodes: int,
          opponents: list[Agent] | None = None, seed: int = 0, concurrency: int = 16,
          transcripts: Path | None = None,
          on_episode: Callable[[Episode], None] | None = None) -> PlayReport:
-    """Play ``episodes`` games; ``opponents`` fill the seats after the team's first agent."""
-    env0 = games.make(game, **game_kwargs)
+    """Play ``episodes`` games of a config's game section (or a registered game's name with
+    ``game_kwargs``); ``opponents`` fill the seats after the team's first agent."""
+    if isinstance(game, str):
+        game = GameConfig(name=game, kwargs=game_kwargs or {})
+    env0 = games.make_from_config(game)
     seats = list(env0.possible_agents)
     participants = roster.agents[:1] + opponents if opponents else list(roster.agents)
     seating = rotating_seating(participants, seats)
@@ -111,7 +115,7 @@ def play(roster: Roster, game: str, game_kwargs: dict, episodes: int,
             on_episode(ep)
 
     try:
-        engine = RolloutEngine(lambda: games.make(game, **game_kwargs), seating, concurrency)
+        engine = RolloutEngine(lambda: games.make_from_config(game), seating, concurrency)
         engine.play(episodes, seed=seed, on_episode=done)
     finally:
         if sink:

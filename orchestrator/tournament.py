@@ -194,10 +194,10 @@ def resolve_source(source: str, game: str, base: Path) -> str:
 def source_problems(cfg: TournamentConfig, base: Path) -> list[PathProblem]:
     """Checks the schema cannot make: the game exists, sources exist, seats fit the game (a
     loader check)."""
-    problem = games.check_name(cfg.game.name)  # tournaments play games, not tasks
+    problem = games.check_config(cfg.game)  # tournaments play games, not tasks
     if problem is not None:
-        return [(("game", "name"), problem)]
-    seats = len(games.make(cfg.game.name, **cfg.game.kwargs).possible_agents)
+        return [(("game", problem[0]), problem[1])]
+    seats = len(games.make_from_config(cfg.game).possible_agents)
     problems: list[PathProblem] = []
     if cfg.games_per_pairing % seats:
         problems.append((("games_per_pairing",), f"{cfg.game.name} has {seats} seats; use a "
@@ -273,7 +273,7 @@ class MatchPlayer:
     def play(self, specs: Sequence[GameSpec],
              on_record: Callable[[MatchRecord], None] | None = None) -> list[MatchRecord]:
         game = self.cfg.game
-        seats = list(games.make(game.name, **game.kwargs).possible_agents)
+        seats = list(games.make_from_config(game).possible_agents)
         if specs:
             reseed([agent.policy for agent in self.agents.values()], specs[0].seed)
         seatings = [{seat: self._seat(name, seat, spec.seed)
@@ -285,7 +285,7 @@ class MatchPlayer:
             if on_record is not None:
                 on_record(out[-1])
 
-        engine = RolloutEngine(lambda: games.make(game.name, **game.kwargs),
+        engine = RolloutEngine(lambda: games.make_from_config(game),
                                lambda i: seatings[i], self.cfg.concurrency)
         engine.play(len(specs), seeds=[s.seed for s in specs], on_episode=done)
         return out
@@ -364,7 +364,7 @@ class Tournament:
         problems = source_problems(cfg, self.base)
         if problems:
             raise TournamentError("; ".join(f"{'.'.join(map(str, p))}: {m}" for p, m in problems))
-        self.seats = len(games.make(cfg.game.name, **cfg.game.kwargs).possible_agents)
+        self.seats = len(games.make_from_config(cfg.game).possible_agents)
         self.total = planned_games(cfg, self.seats)
         self.out.mkdir(parents=True, exist_ok=True)
         self._check_identity()
