@@ -318,6 +318,39 @@ def seat_scores(outcomes: Sequence[Outcome]) -> list[float]:
     return [float(t / c) if c else math.nan for t, c in zip(total, count, strict=True)]
 
 
+def mean_return_matrix(comp: Comparisons, weights: np.ndarray | None = None) -> np.ndarray:
+    """Mean return of row vs column over both seat orders, games weighted by ``weights``
+    (NaN: never met)."""
+    p = len(comp.players)
+    w = np.ones(len(comp.game)) if weights is None else weights[comp.game]
+    fwd, rev = comp.first * p + comp.second, comp.second * p + comp.first
+    count = (np.bincount(fwd, weights=w, minlength=p * p)
+             + np.bincount(rev, weights=w, minlength=p * p))
+    ret = (np.bincount(fwd, weights=w * comp.ret_first, minlength=p * p)
+           + np.bincount(rev, weights=w * comp.ret_second, minlength=p * p))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (ret / count).reshape(p, p)
+
+
+def nash_average_intervals(comp: Comparisons, outcomes: Sequence[Outcome], samples: int,
+                           seed: int = 0) -> np.ndarray:
+    """95% percentile bootstrap intervals of each player's return against the Nash mixture,
+    shape (players, 2): deals resampled as in :func:`mean_return_intervals`, the mean-return
+    matrix rebuilt and its maximum-entropy Nash mixture solved again per resample."""
+    if samples <= 0 or not outcomes:
+        return np.full((len(comp.players), 2), np.nan)
+    units: dict[object, int] = {}
+    unit_of = np.array([units.setdefault(("deal", o.deal) if o.deal is not None
+                                         else ("game", g), len(units))
+                        for g, o in enumerate(outcomes)])
+    rng = np.random.default_rng(seed)
+    draws = np.empty((samples, len(comp.players)))
+    for b in range(samples):
+        counts = np.bincount(rng.integers(0, len(units), len(units)), minlength=len(units))
+        draws[b] = nash_average(mean_return_matrix(comp, counts[unit_of].astype(float)))[1]
+    return np.percentile(draws, [2.5, 97.5], axis=0).T
+
+
 def cross_play(comp: Comparisons) -> tuple[np.ndarray, np.ndarray]:
     """Mean score and mean return of row vs column over both seat orders (NaN: never met)."""
     p = len(comp.players)
@@ -365,6 +398,8 @@ class Rating:
     return_high: float = math.nan
     nash_average: float = math.nan  # mean return against the max-entropy Nash mixture
     nash_mass: float = math.nan     # this player's probability in that mixture
+    nash_low: float = math.nan      # 95% bootstrap interval of nash_average
+    nash_high: float = math.nan
 
 
 @dataclass
@@ -381,15 +416,16 @@ class RatingReport:
     prior: float
     notes: list[str] = field(default_factory=list)
     elo_k: float = 16.0
-    by_return: bool = False  # ranked by mean return (the game scores margins), else by BT
+    by_return: bool = False  # the game scores margins: ranked by Nash average, else by BT
 
 
 def rate(outcomes: Sequence[Outcome], players: Sequence[str], anchor: str,
          anchor_rating: float = 0.0, bootstrap: int = 200, seed: int = 0,
          elo_k: float = 16.0) -> RatingReport:
     """All views of a tournament's games; OpenSkill when a game has more than two seats.
-    Ranked by mean return where the game scores margins (:func:`scores_margins`), else by
-    the Bradley-Terry rating."""
+    Where the game scores margins (:func:`scores_margins`) players are ranked by their return
+    against the field's maximum-entropy Nash mixture (Nash averaging, with bootstrap
+    intervals), else by the Bradley-Terry rating."""
     players = list(players)
     a = players.index(anchor)
     comp = Comparisons.of(outcomes, players)
@@ -412,14 +448,19 @@ def rate(outcomes: Sequence[Outcome], players: Sequence[str], anchor: str,
     means, means_ci = mean_return_intervals(outcomes, players, bootstrap, seed)
     payoff, mean_return = cross_play(comp)
     mass, versus_nash = nash_average(mean_return)
+    by_return = scores_margins(outcomes)
+    nash_ci = (nash_average_intervals(comp, outcomes, bootstrap, seed) if by_return
+               else np.full((len(players), 2), np.nan))
     rows = [Rating(p, float(anchor_rating + SCALE * fit.theta[i]),
                    float(anchor_rating + SCALE * ci[i, 0]),
                    float(anchor_rating + SCALE * ci[i, 1]), *counts[p], elo=float(elo_r[i]),
                    mean_return=float(means[i]), openskill=skill.get(p),
                    return_low=float(means_ci[i, 0]), return_high=float(means_ci[i, 1]),
-                   nash_average=float(versus_nash[i]), nash_mass=float(mass[i]))
+                   nash_average=float(versus_nash[i]), nash_mass=float(mass[i]),
+                   nash_low=float(nash_ci[i, 0]), nash_high=float(nash_ci[i, 1]))
             for i, p in enumerate(players)]
-    by_return = scores_margins(outcomes)
-    rows.sort(key=lambda r: -(r.mean_return if by_return else r.rating))
+    # margins (chips): ranked by the return against the field's Nash mixture, where an
+    # equilibrium player is never below one it beats; the field average breaks ties
+    rows.sort(key=lambda r: (-r.nash_average, -r.mean_return) if by_return else (-r.rating,))
     return RatingReport(players, anchor, rows, payoff, mean_return, seat_scores(outcomes),
                         SCALE * fit.home, fit.prior, notes, elo_k, by_return)

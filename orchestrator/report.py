@@ -1,8 +1,9 @@
 """A tournament's report: CSV tables, two PNG charts and one HTML page that shows them.
 
 ``OUT/ratings.csv`` (name, rating, ci_low, ci_high, games, wins, draws, losses, mean_return
-with its 95% interval return_low/return_high, nash_average and nash_mass; rows in rank order:
-by mean return where the game scores margins, else by the Bradley-Terry rating),
+with its 95% interval return_low/return_high, nash_average with nash_low/nash_high and
+nash_mass; rows in rank order: by the Nash average where the game scores margins, else by the
+Bradley-Terry rating),
 ``OUT/payoff.csv`` (mean score of row vs column), ``OUT/returns.csv`` (mean return of row vs
 column: chips in poker, where the score ignores margins), ``OUT/ratings.png`` (ratings with
 their 95% intervals), ``OUT/payoff.png`` (the score matrix as a heatmap) and ``OUT/report.html``
@@ -23,7 +24,8 @@ from rich.table import Table
 from orchestrator.ratings import Rating, RatingReport
 
 RATING_COLUMNS = ("name", "rating", "ci_low", "ci_high", "games", "wins", "draws", "losses",
-                  "mean_return", "return_low", "return_high", "nash_average", "nash_mass")
+                  "mean_return", "return_low", "return_high", "nash_average", "nash_low",
+                  "nash_high", "nash_mass")
 
 
 def _num(x: float, digits: int = 1) -> str:
@@ -42,7 +44,8 @@ def write_ratings_csv(report: RatingReport, path: Path) -> None:
             w.writerow([r.name, _num(r.rating, 2), _num(r.ci_low, 2), _num(r.ci_high, 2),
                         r.games, r.wins, r.draws, r.losses, _num(r.mean_return, 4),
                         _num(r.return_low, 4), _num(r.return_high, 4),
-                        _num(r.nash_average, 4), _num(r.nash_mass, 4)])
+                        _num(r.nash_average, 4), _num(r.nash_low, 4), _num(r.nash_high, 4),
+                        _num(r.nash_mass, 4)])
 
 
 def write_matrix_csv(names: list[str], matrix: np.ndarray, path: Path) -> None:
@@ -103,20 +106,28 @@ def _html_table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def rating_rows(report: RatingReport) -> tuple[list[str], list[list[str]]]:
-    """The rating table as text, shared by the screen and the HTML page."""
+    """The rating table as text, shared by the screen and the HTML page; where the game
+    scores margins the Nash average (chips against the field's Nash mixture) comes first."""
     skill = any(r.openskill for r in report.ratings)
-    header = ["name", "rating", "95% CI", "W/D/L", "score", "return", "return 95% CI",
-              "Nash avg", "Nash p", "Elo"] + (["OpenSkill mu-3sigma"] if skill else [])
-    if report.by_return:  # the primary rating first
-        header[1:7] = header[5:7] + header[1:5]
+    bt_head = ["rating", "95% CI", "W/D/L", "score"]
+    ret_head = ["return", "return 95% CI"]
+    nash_head = ["Nash avg", "Nash 95% CI", "Nash p"] if report.by_return else ["Nash avg",
+                                                                               "Nash p"]
+    header = (["name", *nash_head, *ret_head, *bt_head] if report.by_return
+              else ["name", *bt_head, *ret_head, *nash_head])
+    header += ["Elo"] + (["OpenSkill mu-3sigma"] if skill else [])
     rows = []
     for r in report.ratings:
         ci = "" if math.isnan(r.ci_low) else f"[{r.ci_low:.0f}, {r.ci_high:.0f}]"
         rci = "" if math.isnan(r.return_low) else f"[{r.return_low:.3f}, {r.return_high:.3f}]"
+        nci = "" if math.isnan(r.nash_low) else f"[{r.nash_low:.3f}, {r.nash_high:.3f}]"
         bt = [f"{r.rating:.0f}", ci, f"{r.wins}/{r.draws}/{r.losses}", _num(_score(r), 2)]
         ret = [_num(r.mean_return, 3), rci]
-        row = [r.name, *(ret + bt if report.by_return else bt + ret),
-               _num(r.nash_average, 3), _num(r.nash_mass, 3), f"{r.elo:.0f}"]
+        if report.by_return:
+            row = [r.name, _num(r.nash_average, 3), nci, _num(r.nash_mass, 3), *ret, *bt]
+        else:
+            row = [r.name, *bt, *ret, _num(r.nash_average, 3), _num(r.nash_mass, 3)]
+        row.append(f"{r.elo:.0f}")
         if skill:
             row.append(f"{r.openskill[0] - 3 * r.openskill[1]:.2f}" if r.openskill else "")
         rows.append(row)
@@ -125,8 +136,10 @@ def rating_rows(report: RatingReport) -> tuple[list[str], list[list[str]]]:
 
 def summary_lines(report: RatingReport) -> list[str]:
     seats = ", ".join(f"seat {i + 1}: {_num(s, 3)}" for i, s in enumerate(report.seat_scores))
-    ranked = ("ranked by mean return (the game scores margins), 95% intervals by resampling "
-              "deals" if report.by_return else "ranked by the Bradley-Terry rating")
+    ranked = ("ranked by the Nash average in chips (the game scores margins: the return "
+              "against the field's Nash mixture), then the mean return against the field; 95% "
+              "intervals by resampling deals" if report.by_return
+              else "ranked by the Bradley-Terry rating")
     return [f"{ranked}; Nash avg: mean return against the maximum-entropy Nash mixture of "
             "this field (Nash p), 0 for every player in it",
             f"mean score by seat ({seats}); first-seat advantage in the Bradley-Terry fit: "

@@ -274,3 +274,45 @@ def test_examples_validate_and_schema_is_current(tmp_path: Path) -> None:
         "`marl schema --tournament --out docs/tournament.schema.json`")
     assert json.loads(committed)["properties"]["schema"]["const"] == "marl-teams/tournament/v1"
 
+
+
+def tiny_run(tmp_path: Path, step: int = 2) -> Path:
+    """A run folder holding one checkpoint of the tiny model, ``best`` and ``latest`` on it."""
+    from infra.layout import BEST, LATEST, METRICS, adapter_folder, checkpoint_dir, point
+
+    run = tmp_path / "run"
+    ckpt = checkpoint_dir(run, step)
+    roster = build_roster(load_config(TINY))
+    next(iter(roster.hosts.values())).save_adapter("player", adapter_folder(ckpt, "player"))
+    (ckpt / "team.yaml").write_text(TINY.read_text())
+    (run / METRICS).write_text("")
+    for pointer in (BEST, LATEST):
+        point(run, pointer, ckpt)
+    return run
+
+
+def test_kuhn_chips_ratings_put_no_one_above_the_nash_bot(tmp_path: Path) -> None:
+    """In expectation an equilibrium player loses to nobody: rated by chips against the
+    field's Nash mixture, no player is above the Nash (optimal) bot beyond the intervals,
+    although against the field an exploiter (heuristic, which milks random harder) leads."""
+    run = tiny_run(tmp_path)
+    body = ("game: {name: kuhn_poker}\nparticipants:\n  - {name: random, source: random}\n"
+            "  - {name: heuristic, source: heuristic}\n  - {name: nash, source: optimal}\n"
+            f"  - {{name: trained, source: {run}/best}}\ngames_per_pairing: 300\n"
+            "bootstrap: 200\nanchor: random\n")
+    out = tmp_path / "out"
+    code, output = cli("tournament", str(tournament(tmp_path, body)), "--out", str(out))
+    assert code == 0, output
+    with (out / "ratings.csv").open() as f:
+        rows = {r["name"]: {k: (v if k == "name" else float(v)) for k, v in r.items()}
+                for r in csv.DictReader(f)}
+    nash = rows["nash"]
+    for r in rows.values():
+        assert r["return_low"] <= r["mean_return"] <= r["return_high"]
+        assert r["nash_low"] <= r["nash_average"] <= r["nash_high"] <= 1e-9  # value 0
+        assert r["nash_low"] <= nash["nash_high"], (r, nash)  # nobody above, beyond the CIs
+    assert nash["mean_return"] > 0 > rows["random"]["mean_return"]
+    assert rows["random"]["nash_high"] < nash["nash_low"]  # the loser is told apart
+    page = (out / "report.html").read_text()
+    assert f"trained = {run}/best -&gt; step_000002" in page  # which checkpoint best named
+    assert "ranked by the Nash average" in page
