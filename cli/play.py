@@ -92,7 +92,7 @@ def play_cmd(
                 opponents = [loader.load(against)] * (n_seats - 1)
     except (ModelError, FileNotFoundError, ValueError) as exc:
         fail(str(exc))
-    with (writing(transcripts.parent, partial=transcripts),
+    with (writing(transcripts, partial=transcripts),
           Progress(console=console, transient=True) as bar):
         task = bar.add_task(f"{cfg.game.name}", total=episodes)
         report = play(roster, cfg.game.name, cfg.game.kwargs, episodes, opponents, seed=seed,
@@ -140,7 +140,7 @@ def _play_human(cfg: TeamConfig, against: str | None, episodes: int, seed: int,
     else:
         console.print(f"you play against {opponent.name} ({against})", markup=False)
     try:
-        with writing(transcripts.parent, partial=transcripts):
+        with writing(transcripts, partial=transcripts):
             summary = play_human(opponent, cfg.game.name, cfg.game.kwargs, episodes,
                                  seed=seed, seat=seat, console=console,
                                  transcripts=transcripts)
