@@ -30,20 +30,64 @@ class ScriptedPolicy:
         return out
 
 
-class HumanPolicy:
-    """Asks a person for each move; any text the game can parse is accepted."""
+class HumanQuit(Exception):  # noqa: N818 - a stop, not a fault
+    """The person stopped playing (end of input, ``quit`` or Ctrl-C)."""
 
-    def __init__(self, ask: Callable[[str], str] | None = None) -> None:
-        self.console = Console()
-        self.ask = ask or (lambda prompt: Prompt.ask(prompt, console=self.console))
+
+def _numbered(texts: list[str]) -> bool:
+    """Moves are offered by number unless their names are numbers themselves (board cells)."""
+    return not any(t.strip("[]").isdigit() for t in texts)
+
+
+class HumanPolicy:
+    """Asks a person for each move: shows the position and the legal moves, takes a move's
+    number or any text the game parses, and asks again until the move is legal (a typo does
+    not forfeit the game)."""
+
+    def __init__(self, ask: Callable[[str], str] | None = None,
+                 console: Console | None = None) -> None:
+        self.console = console or Console()
+        self.ask = ask or self._prompt
+
+    def _prompt(self, prompt: str) -> str:
+        try:
+            return Prompt.ask(prompt, console=self.console)
+        except (EOFError, KeyboardInterrupt):
+            raise HumanQuit from None
 
     def act(self, requests: list[Request]) -> list[Response]:
         out = []
         for r in requests:
             self.console.rule(f"your turn ({r.agent})")
             self.console.print(r.messages[-1]["content"], markup=False)
-            out.append(Response(text=self.ask("your move")))
+            numbered = _numbered(r.action_texts)
+            moves = (f"{i}: {t}" for i, t in enumerate(r.action_texts, 1)) if numbered \
+                else iter(r.action_texts)
+            self.console.print("your moves  " + "  ".join(moves), markup=False)
+            out.append(self._move(r, numbered))
         return out
+
+    def _move(self, r: Request, numbered: bool) -> Response:
+        while True:
+            text = self.ask("your move (quit to stop)").strip()
+            if text.lower() in ("quit", "exit"):
+                raise HumanQuit
+            i = self._legal_index(r, text, numbered)
+            if i is not None:
+                return Response(text=r.action_texts[i], choice=i)
+            self.console.print(f"{text!r} is not one of your moves: "
+                               f"{' '.join(r.action_texts)}; try again.", markup=False)
+
+    @staticmethod
+    def _legal_index(r: Request, text: str, numbered: bool) -> int | None:
+        """The index into ``r.legal`` that ``text`` names: the game's reading of it, else
+        (where moves are numbered) its number."""
+        action = r.env.parse_action(r.agent, text)
+        if action in r.legal:
+            return r.legal.index(action)
+        if numbered and text.isdigit() and 1 <= int(text) <= len(r.legal):
+            return int(text) - 1
+        return None
 
 
 @register_backend("scripted")

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from cli.common import fail, load_team, quiet_transformers
 from cli.errors import writing
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from configs import TeamConfig
 
 
 def play_cmd(
@@ -15,12 +22,20 @@ def play_cmd(
     game: Annotated[str | None, typer.Option(help="Game (default: the config's).")] = None,
     episodes: Annotated[int, typer.Option(min=1, help="Games to play.")] = 10,
     against: Annotated[str | None, typer.Option(
-        help="Opponent: a bot name (random, heuristic, optimal) or a checkpoint/adapter "
-             "folder. Default: self-play.")] = None,
-    human: Annotated[bool, typer.Option("--human", help="You play the other seat.")] = False,
+        help="Opponent: a bot name (random, heuristic, optimal), a run (its latest "
+             "checkpoint), RUN/best, RUN/latest, a checkpoint or an exported team. Default: "
+             "self-play.")] = None,
+    human: Annotated[bool, typer.Option(
+        "--human", help="You play against --against (default: the config's first role).")
+    ] = False,
+    seat: Annotated[str | None, typer.Option(
+        help="With --human: the seat you take every game (default: seats alternate).")
+    ] = None,
     seed: Annotated[int, typer.Option(help="First episode seed.")] = 0,
     concurrency: Annotated[int, typer.Option(min=1, help="Games played at once.")] = 16,
-    out: Annotated[str, typer.Option(help="Transcripts JSONL.")] = "transcripts.jsonl",
+    out: Annotated[str | None, typer.Option(
+        help="Output folder for transcripts.jsonl, or a .jsonl file (default: "
+             "runs/play-<time>/).")] = None,
     mode: Annotated[str | None, typer.Option(
         help="Decoding mode of every hf/vllm role: free or choice (default: each role's)."
     )] = None,
@@ -28,18 +43,15 @@ def play_cmd(
         min=0.0, help="Sampling temperature of every hf/vllm role, 0 = greedy (default: each "
         "role's; a choice-mode temperature is often too hot for free text).")] = None,
 ) -> None:
-    """Play the team's game and print wins/draws/losses per seat and the parse-error rate."""
+    """Play the team's game and print wins/draws/losses per seat and the parse-error rate;
+    with --human, play it yourself against a bot or a trained agent."""
     quiet_transformers()
-    from pathlib import Path
-
     from rich.console import Console
     from rich.progress import Progress
 
     import games
-    from agents import Agent
     from agents.builder import build_roster
     from agents.models import ModelError
-    from agents.scripted import HumanPolicy
     from orchestrator.participants import ParticipantLoader
     from orchestrator.play import play, report_table
 
@@ -66,28 +78,77 @@ def play_cmd(
         typer.echo(f"playing against {against} (the config's first league anchor; "
                    "--against to choose)", err=True)
     console = Console()
+    with writing(out or "runs"):
+        transcripts = transcript_file(out)
+    if human:
+        _play_human(cfg, against, episodes, seed, seat, transcripts, console)
+        return
     try:
         with console.status(f"Loading team {cfg.name}..."):
             roster = build_roster(cfg, seed=seed)
             opponents = None
-            if human:
-                opponents = [Agent("human", "human", HumanPolicy(), mode="free")]
-                concurrency = 1
-            elif against is not None:
+            if against is not None:
                 loader = ParticipantLoader(cfg.game.name, seed=seed + 1, hosts=roster.hosts)
-                opponents = [loader.load(against)]
+                opponents = [loader.load(against)] * (n_seats - 1)
     except (ModelError, FileNotFoundError, ValueError) as exc:
         fail(str(exc))
-    if opponents:
-        opponents = opponents * (n_seats - 1)
-    with (writing(out, partial=Path(out)),
-          Progress(console=console, transient=True, disable=human) as bar):
+    with (writing(transcripts, partial=transcripts),
+          Progress(console=console, transient=True) as bar):
         task = bar.add_task(f"{cfg.game.name}", total=episodes)
         report = play(roster, cfg.game, None, episodes, opponents, seed=seed,
-                      concurrency=concurrency, transcripts=Path(out),
+                      concurrency=concurrency, transcripts=transcripts,
                       on_episode=lambda ep: bar.advance(task))
     console.print(report_table(report, title=f"{cfg.name} on {cfg.game.name}"))
-    console.print(f"transcripts: {out}")
+    console.print(f"transcripts: {transcripts}")
+
+
+def transcript_file(out: str | None) -> Path:
+    """Where ``--out`` puts the transcripts: a ``.jsonl`` file (or an existing non-folder such
+    as a device) as given, else ``transcripts.jsonl`` in the folder (default a fresh
+    ``runs/play-<time>/``), which is created."""
+    if out is not None and (out.endswith(".jsonl") or Path(out).exists()
+                            and not Path(out).is_dir()):
+        path = Path(out)
+    else:
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        path = Path(out or f"runs/play-{stamp}") / "transcripts.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _play_human(cfg: TeamConfig, against: str | None, episodes: int, seed: int,
+                seat: str | None, transcripts: Path, console: Console) -> None:
+    """A person against ``against`` (a bot or a trained team), else the config's first role."""
+    from agents.builder import build_roster
+    from agents.models import ModelError
+    from orchestrator.human import play_human
+    from orchestrator.participants import ParticipantLoader
+
+    try:
+        with console.status("Loading your opponent..."):
+            if against is not None:
+                opponent = ParticipantLoader(cfg.game.name, seed=seed + 1).load(against)
+            else:
+                opponent = build_roster(cfg, seed=seed).agents[0]
+    except (ModelError, FileNotFoundError, ValueError) as exc:
+        fail(str(exc))
+    if against is None:
+        role = cfg.roles[0]
+        console.print(f"no --against: you play {cfg.name}'s first role {role.name!r} "
+                      f"({role.model}, untrained); pass --against RUN/best for a trained one",
+                      markup=False)
+    else:
+        console.print(f"you play against {opponent.name} ({against})", markup=False)
+    try:
+        with writing(transcripts, partial=transcripts):
+            summary = play_human(opponent, cfg.game, episodes,
+                                 seed=seed, seat=seat, console=console,
+                                 transcripts=transcripts)
+    except ValueError as exc:
+        fail(str(exc))
+    console.rule("summary")
+    console.print(summary.text(), markup=False)
+    console.print(f"transcripts: {transcripts}", markup=False)
 
 
 def register(app: typer.Typer) -> None:

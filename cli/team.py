@@ -14,8 +14,8 @@ topology_app = typer.Typer(no_args_is_help=True, help="Communication topologies.
 
 
 def export_cmd(
-    run: Annotated[str, typer.Argument(help="Run folder (its latest checkpoint) or a "
-                                            "checkpoint folder.")],
+    run: Annotated[str, typer.Argument(help="Run folder (its latest checkpoint), RUN/best, "
+                                            "RUN/latest, a checkpoint or an exported team.")],
     out: Annotated[str, typer.Option("--out", help="Folder to write the team to.")],
     force: Annotated[bool, typer.Option(
         "--force", help="Replace --out if it is an earlier export.")] = False,
@@ -39,15 +39,17 @@ def export_cmd(
 
 
 def _load_runtime_team(source: str):
-    """A Team from a team YAML (untrained) or a folder (exported team, run, checkpoint)."""
+    """A Team from a team YAML (untrained) or a trained team: an export, a run, RUN/best,
+    RUN/latest or a checkpoint."""
     from pathlib import Path
 
     from agents.models import ModelError
+    from infra.layout import checkpoint_folder
     from orchestrator.team import Team, TeamError
     from topologies import TopologyError
 
     try:
-        if Path(source).is_file():
+        if Path(source).is_file() and checkpoint_folder(source) == Path(source):  # not RUN/best
             return Team.from_config(load_team(source))
         return Team.load(source)
     except (ModelError, FileNotFoundError, TeamError, TopologyError) as exc:
@@ -55,8 +57,8 @@ def _load_runtime_team(source: str):
 
 
 def serve_cmd(
-    team: Annotated[str, typer.Argument(help="Exported team folder (or a run, checkpoint "
-                                             "or team YAML).")],
+    team: Annotated[str, typer.Argument(help="Exported team folder (or a run, RUN/best, "
+                                             "a checkpoint or team YAML).")],
     port: Annotated[int, typer.Option(min=0, max=65535, help="0 picks a free port.")] = 8000,
     host: Annotated[str, typer.Option(help="Interface to bind (loopback by default).")
                     ] = "127.0.0.1",

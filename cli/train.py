@@ -32,7 +32,7 @@ def train_cmd(
 
     from agents.models import ModelError
     from infra.actors import RayStartError
-    from infra.layout import LayoutError
+    from infra.layout import LayoutError, checkpoint_dir
     from marl.progress import TrainProgress
     from marl.trainer import Trainer, TrainingError
 
@@ -47,7 +47,12 @@ def train_cmd(
     try:
         with writing(out), console.status("Starting the trainer (models, workers)..."):
             trainer = Trainer(cfg, Path(out), resume=resume)
-        with writing(out), TrainProgress(console, cfg.train.steps, start=trainer.step) as bar:
+        if resume:
+            console.print(f"resumed from step {trainer.step} "
+                          f"({checkpoint_dir(Path(out), trainer.step)})" if trainer.step
+                          else f"nothing to resume in {out}: starting at step 0", markup=False)
+        with writing(out), TrainProgress(console, cfg.train.steps, start=trainer.step,
+                                         max_minutes=cfg.train.max_minutes) as bar:
             trainer.fit(on_step=bar.update)
     except (TrainingError, ModelError, LayoutError, RayStartError, FileNotFoundError) as exc:
         fail(str(exc))

@@ -196,6 +196,11 @@ class TextGame(AECEnv):
         parts.append(f"Legal moves: {legal}" if legal else "No moves left for you.")
         return "\n".join(p for p in parts if p)[:TEXT_MAX_LENGTH]
 
+    def final_view(self, agent: str) -> str:
+        """What ``agent`` is shown once the game is over (the end position; games with hidden
+        information reveal it here)."""
+        return self._describe(agent)
+
     # ----- AEC API
     def reset(self, seed: int | None = None, options: dict | None = None) -> None:
         if seed is not None or not self._seeded:

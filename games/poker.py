@@ -274,6 +274,12 @@ class PokerGame(TextGame):
             lines.append(f"To call you must add {_chips(s.contrib[1 - me] - s.contrib[me])}.")
         return "\n".join(lines)
 
+    def final_view(self, agent: str) -> str:
+        """The end of the hand with every card face up (after a fold too)."""
+        me = self.possible_agents.index(agent)
+        other = self.poker.ranks[self.state.private[1 - me]]
+        return f"{self._describe(agent)}\nYour opponent held {other}."
+
     def _describe_public(self, me: int) -> str:
         s, ranks = self.state, self.poker.ranks
         if not s.public:

@@ -2,21 +2,46 @@
 
 from __future__ import annotations
 
+import time
+from datetime import timedelta
+
 from rich.console import Console
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    ProgressColumn,
+    Task,
     TextColumn,
     TimeElapsedColumn,
-    TimeRemainingColumn,
 )
+from rich.text import Text
+
+
+class EtaColumn(ProgressColumn):
+    """Time left: the steps' rate extrapolated, or the end of the wall-clock budget
+    (``train.max_minutes``) when that comes first, as training then stops."""
+
+    def __init__(self, max_minutes: float | None = None) -> None:
+        super().__init__()
+        self.deadline = time.monotonic() + 60 * max_minutes if max_minutes else None
+
+    def render(self, task: Task) -> Text:
+        left = [task.time_remaining] if task.time_remaining is not None else []
+        if self.deadline is not None:
+            left.append(max(0.0, self.deadline - time.monotonic()))
+        if not left:
+            return Text("-:--:--", style="progress.remaining")
+        shown = str(timedelta(seconds=int(min(left))))
+        budget = self.deadline is not None and min(left) == left[-1]
+        return Text(shown + (" (budget)" if budget else ""), style="progress.remaining")
 
 
 class TrainProgress:
-    def __init__(self, console: Console, total: int, start: int = 0) -> None:
+    def __init__(self, console: Console, total: int, start: int = 0,
+                 max_minutes: float | None = None) -> None:
         self.bar = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
-                            TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+                            TimeElapsedColumn(), TextColumn("eta"), EtaColumn(max_minutes),
                             TextColumn("{task.fields[figures]}"), console=console)
         self.task = self.bar.add_task("train", total=total, completed=start, figures="")
 
