@@ -127,6 +127,9 @@ def check_compatible(cfg: TeamConfig) -> None:
     missing = unavailable(tc.loggers)
     if missing:
         raise TrainingError(missing)
+    if tc.magnet.alpha > 0 and tc.learner.backend == "deepspeed" and tc.learner.zero_stage == 3:
+        raise TrainingError("train.magnet needs the magnet's adapter whole on the learner: use "
+                            "ZeRO stage 1 or 2, or the torch backend")
     if tc.learner.backend == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
         raise TrainingError("train.learner.backend is deepspeed but DeepSpeed is not installed: "
                             "pip install 'marl-teams[deepspeed]'")
