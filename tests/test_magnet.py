@@ -12,8 +12,8 @@ from helpers import tiny_team
 from test_learner import TEMPERATURE, _batch, _host
 
 from configs import TeamConfig, load_config_text
-from marl.learner import Learner, magnet_adapter
-from marl.loss import grpo_loss
+from marl.learner import Learner, TrainItem, magnet_adapter
+from marl.loss import grpo_loss, k3
 from marl.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,6 +64,26 @@ def test_the_magnet_term_is_the_exact_kl_over_the_candidates() -> None:
     stats = learner.update(items)
     assert stats.kl_magnet == pytest.approx(float(kl.mean()), rel=1e-4)
     assert stats.loss == pytest.approx(float(base + 0.7 * kl.mean()), rel=1e-4, abs=1e-6)
+
+
+def test_the_free_text_magnet_term_is_k3_per_token() -> None:
+    """Free decoding has only the sampled tokens: alpha * k3(pi, rho) per token, averaged."""
+    host = _host()
+    prompts = [[5, 9, 17, 33], [7, 8, 40]]
+    completions = [[11, 12, 13], [21, 22]]
+    with torch.no_grad(), host.use("red"):
+        old = host.sequence_logprobs(prompts, completions, 1.0)
+    items = [TrainItem(adapter="red", agent="a", prompt_ids=p, completion_ids=c,
+                       old_logprobs=o.tolist(), advantage=0.0)
+             for p, c, o in zip(prompts, completions, old, strict=True)]
+    learner = Learner(host, ["red"], lr=0.0, magnet=0.3)
+    learner.set_magnet({"red": _perturbed(host.adapter_weights("red"), 3)})
+    with torch.no_grad(), host.use(magnet_adapter("red")):
+        rho = host.sequence_logprobs(prompts, completions, 1.0)
+    per = torch.cat([k3(o, r) for o, r in zip(old, rho, strict=True)])
+    stats = learner.update(items)
+    assert stats.kl_magnet == pytest.approx(float(per.mean()), rel=1e-4)
+    assert stats.loss == pytest.approx(0.3 * float(per.mean()), rel=1e-4)
 
 
 def test_the_magnet_is_frozen_and_its_gradient_pulls_towards_it() -> None:
