@@ -95,6 +95,8 @@ MAGNET_VARIANTS = [
     Variant("exact KL, alpha 1, k 100, g 0.5", magnet=1.0, every=100, mix=0.5, **M),
     Variant("exact KL, alpha 1, k 100, g 0.5, lr 0.02", magnet=1.0, every=100, mix=0.5,
             **{**M, "lr": 0.02}),
+    Variant("exact KL, alpha 1, k 150, g 0.5, lr 0.02 (configs/kuhn_magnet.yaml)",
+            magnet=1.0, every=150, mix=0.5, **{**M, "lr": 0.02}),
     Variant("R-NaD-style values: + the later decisions' KL, alpha 1, k 100, g 0.5",
             magnet=1.0, every=100, mix=0.5, future=True, **M),
     Variant("SGD lr 3: exact KL, alpha 0.5, k 100, g 0.5", magnet=0.5, every=100, mix=0.5,
