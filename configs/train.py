@@ -86,6 +86,19 @@ class InvalidMovesConfig(StrictModel):
     retries: Int = Field(1, ge=1, le=64, description="retry: further tries per decision.")
 
 
+class MagnetConfig(StrictModel):
+    """Magnetic mirror descent: a KL pull towards a magnet policy that follows the policy, so
+    the last iterate of self-play settles (docs/algorithms.md#magnet-schedule)."""
+
+    alpha: float = Field(0.0, ge=0, description="Weight of KL(pi || magnet) in the loss (exact "
+                                                 "over the legal actions in choice decoding); "
+                                                 "0: off.")
+    every: int = Field(50, ge=1, description="Move the magnet every k steps, once the policy "
+                                             "is near the equilibrium of the current one.")
+    mix: float = Field(1.0, gt=0, le=1, description="g: the magnet's adapter weights become "
+                                                    "(1 - g) magnet + g policy (1: a copy).")
+
+
 class TrainConfig(StrictModel):
     """Multi-agent GRPO settings."""
 
@@ -153,6 +166,7 @@ class TrainConfig(StrictModel):
                             description="Exact evaluation (exploitability) every k "
                                                  "steps where the game supports it; 0: off.")
     loggers: list[Literal["jsonl", "wandb"]] = Field(default_factory=lambda: ["jsonl"])
+    magnet: MagnetConfig = Field(default_factory=MagnetConfig)
     league: LeagueConfig = Field(default_factory=LeagueConfig)
     ray: RayConfig = Field(default_factory=RayConfig)
     learner: LearnerConfig = Field(default_factory=LearnerConfig)

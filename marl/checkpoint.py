@@ -10,6 +10,7 @@ Layout of ``RUN/checkpoints/step_000010/``::
     team.yaml                   the resolved config
     topology.safetensors        learned edge logits (learnable topologies; see marl.topology)
     topology_optimizer.safetensors + .json   their Adam state
+    magnet/<role>.safetensors   the magnet adapters' weights (train.magnet; see marl.magnet)
 
 ``RUN/latest`` names the newest complete checkpoint; it is replaced atomically after the rename,
 so a kill at any moment leaves either the old or the new checkpoint, never half of one.

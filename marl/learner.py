@@ -12,6 +12,11 @@ TRL's ``num_iterations``).
 
 The optimizer is a backend (:mod:`marl.optim`: torch AdamW or a DeepSpeed engine) behind a few
 calls, so this algorithm exists once whichever backend applies the update.
+
+With ``magnet = alpha > 0`` each trained adapter has a frozen twin ``<role>@magnet`` on the same
+host (magnetic mirror descent, docs/algorithms.md#magnet-schedule): the loss adds
+``alpha * KL(pi || magnet)``, exact over the legal actions in choice decoding.  It starts equal
+to the adapter; the trainer moves it (:meth:`Learner.set_magnet`).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from agents.hf import ModelHost
 from agents.policy import scale_temperature
 from agents.precision import autocast
 from configs import TeamConfig
-from marl.loss import grpo_loss
+from marl.loss import exact_kl, grpo_loss, k3
 from marl.optim import Optimizer, OptimizerFactory, TorchAdamW
 
 
@@ -76,6 +81,12 @@ class UpdateStats:
     tokens: int
     skipped: bool = False
     mismatch: float | None = None  # mean |log pi_engine - log pi_learner| (corrections only)
+    kl_magnet: float = 0.0
+
+
+def magnet_adapter(adapter: str) -> str:
+    """The name of ``adapter``'s magnet on its host."""
+    return f"{adapter}@magnet"
 
 
 #: How the ratio's old log-probs relate to the sampling engine's (train.mismatch).
@@ -129,7 +140,7 @@ class Learner:
                  clip_high: float = 0.28, kl: float = 0.0, entropy: float = 0.0,
                  max_grad_norm: float = 1.0, micro_batch: int = 16, epochs: int = 1,
                  precision: str = "fp32", optimizer: OptimizerFactory = TorchAdamW,
-                 correction: str = "none", tis_cap: float = 2.0) -> None:
+                 correction: str = "none", tis_cap: float = 2.0, magnet: float = 0.0) -> None:
         if epochs < 1:
             raise ValueError(f"epochs must be >= 1, got {epochs}")
         autocast(precision, host.device)  # refuses what this device cannot compute in, now
@@ -148,40 +159,81 @@ class Learner:
             p.requires_grad_(True)
         self.optimizer: Optimizer = optimizer(host.model, self.params, lr=lr,
                                               max_grad_norm=max_grad_norm)
+        self.magnet = magnet
+        if magnet > 0:
+            self._add_magnets()
+
+    # ----- the magnet: a frozen copy of each adapter
+    def _add_magnets(self) -> None:
+        """``<role>@magnet`` per adapter, with its settings and (at first) its weights."""
+        start = self.weights()
+        for a in self.adapters:
+            conf = self.host.model.peft_config[a]
+            self.host.add_adapter(magnet_adapter(a), r=conf.r, alpha=conf.lora_alpha,
+                                  dropout=conf.lora_dropout, targets=sorted(conf.target_modules))
+        self.set_magnet(start)
+
+    def set_magnet(self, weights: dict[str, dict[str, torch.Tensor]]) -> None:
+        """The magnets take ``weights`` (per adapter): ``rho <- pi`` when they are the policy's."""
+        for a in self.adapters:
+            self.host.set_adapter_weights(magnet_adapter(a), weights[a])
 
     # ----- the loss of one micro-batch
     def _micro_loss(self, items: list[TrainItem], n_total: int):
         """Loss of ``items`` scaled by their share of the batch's tokens, its forwards in
         the learner's precision (the backward follows the forward's dtypes)."""
-        logp_fn = self._logp_fn(items[0])
+        choice = items[0].kind == "choice"
         adv = torch.tensor([it.advantage for it in items], device=self.host.device)
         with autocast(self.precision, self.host.device):
-            logp, old, mask, ent = logp_fn(items)
+            rho = self._magnet_logp(items) if self.magnet > 0 else None
+            dists = self._choice_dists(items) if choice else None
+            logp, old, mask, ent = (self._choice_logp(items, dists) if choice
+                                    else self._logp_fn(items[0])(items))
             ref = None
             if self.kl > 0:  # the frozen reference is the base with adapters disabled
                 with torch.no_grad(), self.host.use(None):
-                    ref = logp_fn(items)[0]
+                    ref = self._logp_fn(items[0])(items)[0]
             weights = None
             if items[0].weights is not None:
                 weights = torch.zeros_like(mask)
                 for i, it in enumerate(items):
                     weights[i, : len(it.weights)] = torch.tensor(it.weights, device=mask.device)
+            mag = None
+            if rho is not None:  # exact over the legal actions; text: k3 on the sampled tokens
+                mag = (torch.stack([exact_kl(lp, r) for lp, r in zip(dists, rho, strict=True)])
+                       [:, None] if choice else k3(logp, rho))
             parts = grpo_loss(logp, old, adv, mask, self.clip_low, self.clip_high, ref,
-                              self.kl, ent, self.entropy, weights)
+                              self.kl, ent, self.entropy, weights, mag, self.magnet)
         share = float(mask.sum()) / n_total
         return parts, share
+
+    def _magnet_logp(self, items: list[TrainItem]):
+        """The magnet's log-probs of ``items``: per decision its distribution over the legal
+        actions (choice decoding), else its token log-probs [decisions, tokens]."""
+        adapter = items[0].adapter
+        with torch.no_grad(), self.host.use(magnet_adapter(adapter)):
+            rho = (self._choice_dists(items) if items[0].kind == "choice"
+                   else self._logp_fn(items[0])(items)[0])
+        with self.host.use(adapter):  # back to the policy (trainable again): use() stays set
+            pass
+        return rho
+
+    def _choice_dists(self, items: list[TrainItem]) -> list[torch.Tensor]:
+        """Per decision, log pi over its legal actions at its sampling temperature."""
+        scores = self.host.candidate_scores([it.prompt_ids for it in items],
+                                            [it.candidate_ids for it in items])
+        return [torch.log_softmax(s / scale_temperature(it.temperature), 0)
+                for it, s in zip(items, scores, strict=True)]
 
     def _logp_fn(self, item: TrainItem) -> Callable:
         """The log-prob recomputation of ``item``'s kind (a micro-batch holds one kind)."""
         return {"free": self._free_logp, "choice": self._choice_logp,
                 "think": self._think_logp}[item.kind]
 
-    def _choice_logp(self, items: list[TrainItem]):
-        scores = self.host.candidate_scores([it.prompt_ids for it in items],
-                                            [it.candidate_ids for it in items])
+    def _choice_logp(self, items: list[TrainItem], dists: list[torch.Tensor] | None = None):
+        """(log pi of the choices, old, mask, entropies), from ``dists`` when computed."""
         logp, ent = [], []
-        for it, s in zip(items, scores, strict=True):
-            lp = torch.log_softmax(s / scale_temperature(it.temperature), 0)
+        for it, lp in zip(items, dists or self._choice_dists(items), strict=True):
             logp.append(lp[it.choice])
             ent.append(-(lp.exp() * lp).sum())
         logp_t = torch.stack(logp)[:, None]
@@ -189,6 +241,7 @@ class Learner:
         return logp_t, old, torch.ones_like(old), torch.stack(ent)
 
     def _free_logp(self, items: list[TrainItem]):
+        """(token log-probs, old, mask, entropies) padded to [decisions, tokens]."""
         want_ent = self.entropy > 0
         per, ents = self.host.sequence_stats([it.prompt_ids for it in items],
                                              [it.completion_ids for it in items],
@@ -314,6 +367,7 @@ class Learner:
                         totals["clip"] += parts.clip_frac * share
                         totals["kl"] += parts.kl * share
                         totals["ent"] += parts.entropy * share
+                        totals["kl_magnet"] += parts.kl_magnet * share
                 key = f"{adapter}/{agent}"
                 agent_norms[key] = math.sqrt(agent_norms.get(key, 0.0) ** 2
                                              + tap.squared_norm())
@@ -323,7 +377,7 @@ class Learner:
         if not math.isfinite(norm):
             return UpdateStats(totals["loss"], norm, agent_norms, 0, 0, 0, n_total, skipped=True)
         return UpdateStats(totals["loss"], norm, agent_norms, totals["clip"], totals["kl"],
-                           totals["ent"], n_total)
+                           totals["ent"], n_total, kl_magnet=totals["kl_magnet"])
 
     # ----- state for workers and checkpoints
     def weights(self) -> dict[str, dict[str, torch.Tensor]]:

@@ -5,11 +5,13 @@ Per token t of a decision with advantage A (docs/algorithms.md#the-grpo-loss):
     rho_t = exp(log pi_theta(t) - log pi_old(t))
     L_clip = -min(rho_t * A, clip(rho_t, 1 - eps_lo, 1 + eps_hi) * A)
     L_kl   = beta * (exp(q_t) - q_t - 1),   q_t = log pi_ref(t) - log pi_theta(t)   (k3, >= 0)
-    L      = sum_t (L_clip + L_kl) / n_tokens  -  entropy_coef * mean(H)
+    L_mag  = alpha * KL_t(pi_theta || magnet)   (exact over the legal actions, or k3 per token)
+    L      = sum_t (L_clip + L_kl + L_mag) / n_tokens  -  entropy_coef * mean(H)
 
 Token-level averaging (every token of the batch weighs the same) keeps long completions from
 being down-weighted.  In ``choice`` decoding a decision is a single "token" whose log-prob is
-``log pi(a|s)`` over the legal actions, so the same function applies.
+``log pi(a|s)`` over the legal actions, so the same function applies; there the magnet term is
+the exact KL over the whole distribution (docs/algorithms.md#magnet-schedule).
 """
 
 from __future__ import annotations
@@ -25,16 +27,31 @@ class LossParts:
     clip_frac: float
     kl: float
     entropy: float
+    kl_magnet: float = 0.0
+
+
+def k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """Schulman's per-sample estimator of KL(pi || ref) on samples drawn from pi: >= 0."""
+    q = ref_logp - logp
+    return torch.exp(q) - q - 1
+
+
+def exact_kl(logp_all: torch.Tensor, ref_logp_all: torch.Tensor) -> torch.Tensor:
+    """KL(pi || ref) = sum_a pi(a) (log pi(a) - log ref(a)) over the last axis."""
+    return (logp_all.exp() * (logp_all - ref_logp_all)).sum(-1)
 
 
 def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor,
               mask: torch.Tensor, clip_low: float = 0.2, clip_high: float = 0.2,
               ref_logp: torch.Tensor | None = None, beta: float = 0.0,
               entropy: torch.Tensor | None = None, entropy_coef: float = 0.0,
-              weights: torch.Tensor | None = None) -> LossParts:
+              weights: torch.Tensor | None = None, magnet_kl: torch.Tensor | None = None,
+              alpha: float = 0.0) -> LossParts:
     """All tensors are [decisions, tokens] except ``adv`` [decisions] and ``entropy``
     [decisions] (mean entropy per decision); ``mask`` is 1 on real tokens; ``weights``
-    (truncated importance weights of the sampling engine) scale each token's surrogate."""
+    (truncated importance weights of the sampling engine) scale each token's surrogate;
+    ``magnet_kl`` holds each token's KL to the magnet (:func:`exact_kl` or :func:`k3`),
+    weighted by ``alpha``."""
     n = mask.sum().clamp(min=1)
     ratio = torch.exp(logp - old_logp)
     a = adv[:, None]
@@ -42,14 +59,17 @@ def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor,
     per_token = -surr if weights is None else -surr * weights
     kl = torch.zeros((), device=logp.device)
     if ref_logp is not None and beta > 0:
-        q = ref_logp - logp
-        k3 = torch.exp(q) - q - 1
-        per_token = per_token + beta * k3
-        kl = (k3 * mask).sum() / n
+        per = k3(logp, ref_logp)
+        per_token = per_token + beta * per
+        kl = (per * mask).sum() / n
+    kl_magnet = torch.zeros((), device=logp.device)
+    if magnet_kl is not None and alpha > 0:
+        per_token = per_token + alpha * magnet_kl
+        kl_magnet = (magnet_kl * mask).sum() / n
     loss = (per_token * mask).sum() / n
     ent = torch.zeros((), device=logp.device) if entropy is None else entropy.mean()
     if entropy is not None and entropy_coef > 0:
         loss = loss - entropy_coef * ent
     clipped = ((ratio - 1).abs() > torch.where(a > 0, clip_high, clip_low)).float()
     return LossParts(loss, float((clipped * mask).sum() / n), float(kl.detach()),
-                     float(ent.detach()))
+                     float(ent.detach()), float(kl_magnet.detach()))

@@ -55,6 +55,10 @@ class Runtime(Protocol):
 
     def weights(self) -> Weights: ...
 
+    def set_magnet(self, weights: Weights) -> None:
+        """The learners' magnets (``train.magnet``) take ``weights``."""
+        ...
+
     def optimizer_states(self) -> dict[str, dict]: ...
 
     def load(self, weights: Weights, optimizer_states: dict[str, dict]) -> None: ...
@@ -92,7 +96,7 @@ class LearnerProcess:
                                optimizer=make_optimizer(tc.learner.backend,
                                                         tc.learner.zero_stage, tc.precision),
                                correction=mismatch_correction(team, roles),
-                               tis_cap=tc.mismatch.cap)
+                               tis_cap=tc.mismatch.cap, magnet=tc.magnet.alpha)
 
     def update(self, items: list[TrainItem], seed: int, lr: float | None = None) -> UpdateStats:
         torch.manual_seed(seed)
@@ -100,6 +104,9 @@ class LearnerProcess:
 
     def weights(self) -> Weights:
         return self.learner.weights()
+
+    def set_magnet(self, weights: Weights) -> None:
+        self.learner.set_magnet(weights)
 
     def optimizer_state(self) -> dict:
         return self.learner.optimizer_state()
@@ -138,6 +145,10 @@ class LocalRuntime:
 
     def weights(self) -> Weights:
         return {a: w for lp in self.learners.values() for a, w in lp.weights().items()}
+
+    def set_magnet(self, weights: Weights) -> None:
+        for lp in self.learners.values():
+            lp.set_magnet(weights)
 
     def optimizer_states(self) -> dict[str, dict]:
         return {k: lp.optimizer_state() for k, lp in self.learners.items()}
@@ -249,6 +260,10 @@ class RayRuntime:
         for w in self.ray.get([lp.weights.remote() for lp in self.learners.values()]):
             out.update(w)
         return out
+
+    def set_magnet(self, weights: Weights) -> None:
+        ref = self.ray.put(weights)
+        self.ray.get([lp.set_magnet.remote(ref) for lp in self.learners.values()])
 
     def optimizer_states(self) -> dict[str, dict]:
         keys = list(self.learners)

@@ -48,6 +48,7 @@ from marl.checkpoint import load_checkpoint, save_checkpoint
 from marl.league import League
 from marl.learner import TrainItem
 from marl.loggers import open_loggers, unavailable
+from marl.magnet import Magnet
 from marl.runtime import LocalRuntime, RayRuntime, Runtime, trainable_hosts
 from marl.topology import graph_strategy
 from marl.workers import EpisodeSpec, rollout_kind
@@ -133,6 +134,9 @@ def check_compatible(cfg: TeamConfig) -> None:
     missing = unavailable(tc.loggers)
     if missing:
         raise TrainingError(missing)
+    if tc.magnet.alpha > 0 and tc.learner.backend == "deepspeed" and tc.learner.zero_stage == 3:
+        raise TrainingError("train.magnet needs the magnet's adapter whole on the learner: use "
+                            "ZeRO stage 1 or 2, or the torch backend")
     if tc.learner.backend == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
         raise TrainingError("train.learner.backend is deepspeed but DeepSpeed is not installed: "
                             "pip install 'marl-teams[deepspeed]'")
@@ -163,6 +167,9 @@ class Trainer:
         self.runtime: Runtime = runtime or (RayRuntime(cfg) if self.tc.ray.enabled
                                             else LocalRuntime(cfg))
         self.ckpt_metrics: dict | None = None  # the restored checkpoint's metrics line
+        # the learners start their magnets at the initial policy; this keeps the schedule
+        self.magnet = (Magnet(self.tc.magnet, self.runtime.weights())
+                       if self.tc.magnet.alpha > 0 and self.trainable_roles else None)
         ckpt = latest_checkpoint(run) if resume else None
         if ckpt is not None:
             self._restore(ckpt)
@@ -248,6 +255,8 @@ class Trainer:
         t3 = time.perf_counter()
         weights = self.runtime.weights()
         self._check_finite(step, weights)
+        if self.magnet is not None and self.magnet.due(step):
+            self.runtime.set_magnet(self.magnet.move(weights))
         snap = self.league.maybe_snapshot(step, weights)
         self.runtime.publish(weights, dict(self.league.snapshots))
         t4 = time.perf_counter()
@@ -316,7 +325,8 @@ class Trainer:
         m["learner"] = {k: {"loss": s.loss, "grad_norm": s.grad_norm, "kl": s.kl,
                             "entropy": s.entropy, "clip_frac": s.clip_frac,
                             "agent_grad_norms": s.agent_grad_norms, "skipped": s.skipped,
-                            **({} if s.mismatch is None else {"mismatch": s.mismatch})}
+                            **({} if s.mismatch is None else {"mismatch": s.mismatch}),
+                            **({"kl_to_magnet": s.kl_magnet} if self.magnet is not None else {})}
                         for k, s in stats.items()}
         return m
 
@@ -333,7 +343,13 @@ class Trainer:
         state = {**self._state(), "metrics": metrics}
         return save_checkpoint(self.run_dir, self.step, self.cfg, self.runtime.weights(),
                                self.runtime.optimizer_states(), dict(self.league.snapshots),
-                               state, extra=self.graph.save)
+                               state, extra=self._save_extra)
+
+    def _save_extra(self, folder: Path) -> None:
+        """What the checkpoint holds beside the adapters: a learned topology, the magnet."""
+        self.graph.save(folder)
+        if self.magnet is not None:
+            self.magnet.save(folder)
 
     def _restore(self, path: Path) -> None:
         ck = load_checkpoint(path)
@@ -346,6 +362,8 @@ class Trainer:
         self.runtime.load(ck.weights, ck.optimizer_states)
         self.runtime.publish(ck.weights, dict(self.league.snapshots))
         self.graph.load(path)
+        if self.magnet is not None:
+            self.runtime.set_magnet(self.magnet.load(path))
         # the loggers drop what they hold after the checkpoint (those steps are replayed) and
         # write its own line if the kill came before it was logged
         self.ckpt_metrics = ck.state.get("metrics")

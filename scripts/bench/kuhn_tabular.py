@@ -11,9 +11,13 @@ a crude stand-in for an LLM whose features barely tell the cards apart), and the
 the games against snapshots taken every 5 steps, pool of 8, as configs/kuhn_selfplay.yaml).
 
     .venv/bin/python scripts/bench/kuhn_tabular.py [--steps 80 --seeds 3]
+    .venv/bin/python scripts/bench/kuhn_tabular.py --table magnet --steps 800 --seeds 5
 
 Figures are exact exploitability; each variant is also shown as a ratio to its baseline (the
-first variant with the same ``kappa``, measured in the same run with the same seeds).
+first variant with the same ``kappa``, measured in the same run with the same seeds).  The
+magnet table (``train.magnet``: the trainer's exact KL to a magnet moved every k steps) reports
+the last iterate instead: the final policy's mean and worst over seeds, and the mean over the
+last 20% of the steps.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from configs.train import TrainConfig  # noqa: E402
 from games.analysis import exploitability, info_states  # noqa: E402
 from games.registry import make  # noqa: E402
 from marl.advantages import Samples, agent_wise_advantages, remove_common_mode  # noqa: E402
-from marl.loss import grpo_loss  # noqa: E402
+from marl.loss import exact_kl, grpo_loss, k3  # noqa: E402
 
 GAME = "kuhn_poker"
 
@@ -48,6 +52,15 @@ class Variant:
     common_mode: float = 1.0
     lr_decay: float = 0.0
     kappa: float = 0.0
+    magnet: float = 0.0         # alpha of KL(pi || magnet); 0: off
+    every: int = 20             # move the magnet every k steps
+    mix: float = 1.0            # g: magnet <- normalise(magnet^(1-g) pi^g)
+    exact: bool = True          # exact KL over the legal actions, else k3 on the chosen one
+    optimizer: str = "adamw"    # or "sgd"
+    lr: float | None = None     # None: --lr
+    league: bool = True         # half the games against snapshots (the config's league)
+    future: bool = False        # returns minus the KL of the player's later decisions, plus
+                                # the opponent's (the regularised game's values; self-play)
 
 
 VARIANTS = [
@@ -58,6 +71,38 @@ VARIANTS = [
     Variant("coupled x10: lr_decay 0.03 (the config)", lr_decay=0.03, kappa=10),
     Variant("coupled x10: no removal, entropy 0.01", common_mode=0.0, kappa=10),
     Variant("coupled x10: c=0.8, entropy 0.3, lr_decay 0.05", 0.3, 0.8, 0.05, 10),
+]
+
+
+# the last-iterate table (--table magnet); M: the magnet recipe without the config's
+# common-mode removal and league (both keep the last iterate away, see docs/benchmarks.md)
+M = dict(lr=0.03, entropy=0.0, common_mode=0.0, league=False)
+MAGNET_VARIANTS = [
+    Variant("no magnet: the config (lr 0.1, lr_decay 0.03, c=1, league)", lr_decay=0.03),
+    Variant("no magnet, lr 0.02, c=0, self-play", **{**M, "lr": 0.02}),
+    Variant("naive: k3 on the chosen action, alpha 1, k 10, c=1, league", magnet=1.0,
+            every=10, exact=False, lr=0.03),
+    Variant("exact KL, alpha 1, k 10, c=1, league", magnet=1.0, every=10, lr=0.03),
+    Variant("exact KL, alpha 1, fixed magnet (QRE)", magnet=1.0, every=10**9, **M),
+    Variant("exact KL, alpha 1, k 100, g 0.5, but c=1", magnet=1.0, every=100, mix=0.5,
+            **{**M, "common_mode": 1.0}),
+    Variant("exact KL, alpha 1, k 100, g 0.5, but league", magnet=1.0, every=100, mix=0.5,
+            **{**M, "league": True}),
+    Variant("exact KL, alpha 1, k 10, g 1", magnet=1.0, every=10, **M),
+    Variant("exact KL, alpha 1, k 1, g 0.01 (an EMA magnet)", magnet=1.0, every=1, mix=0.01,
+            **M),
+    Variant("exact KL, alpha 1, k 200, g 1", magnet=1.0, every=200, **M),
+    Variant("exact KL, alpha 1, k 100, g 0.5", magnet=1.0, every=100, mix=0.5, **M),
+    Variant("exact KL, alpha 1, k 100, g 0.5, lr 0.02", magnet=1.0, every=100, mix=0.5,
+            **{**M, "lr": 0.02}),
+    Variant("exact KL, alpha 1, k 150, g 0.5, lr 0.02 (configs/kuhn_magnet.yaml)",
+            magnet=1.0, every=150, mix=0.5, **{**M, "lr": 0.02}),
+    Variant("R-NaD-style values: + the later decisions' KL, alpha 1, k 100, g 0.5",
+            magnet=1.0, every=100, mix=0.5, future=True, **M),
+    Variant("SGD lr 3: exact KL, alpha 0.5, k 100, g 0.5", magnet=0.5, every=100, mix=0.5,
+            optimizer="sgd", **{**M, "lr": 3.0}),
+    Variant("coupled x10: exact KL, alpha 1, k 100, g 0.5, lr 0.02", magnet=1.0, every=100,
+            mix=0.5, kappa=10, **{**M, "lr": 0.02}),
 ]
 
 
@@ -105,20 +150,32 @@ def run(v: Variant, seed: int, steps: int, games: int, lr: float) -> list[float]
     rng = random.Random(seed)
     keys = [k for k, _, _ in info_states(GAME)]
     policy = TablePolicy(keys, v.kappa, seed)
-    opt = torch.optim.AdamW(policy.parameters(), lr=lr, weight_decay=0.0)
+    lr = v.lr or lr
+    opt = (torch.optim.SGD(policy.parameters(), lr=lr) if v.optimizer == "sgd"
+           else torch.optim.AdamW(policy.parameters(), lr=lr, weight_decay=0.0))
+    magnet = torch.log_softmax(policy.logits().detach(), 1)  # rho_0 = pi_0
     schedule = TrainConfig(lr=lr, lr_decay=v.lr_decay)
     root, pool, curve = make(GAME).root_state(), [], []
     for step in range(1, steps + 1):
         latest = policy.table()
+        kl_at = {}
+        if v.future:
+            with torch.no_grad():
+                lp = torch.log_softmax(policy.logits(), 1)
+                kl_at = dict(zip(policy.keys, exact_kl(lp, magnet).tolist(), strict=True))
         rows = []  # (seat, key, choice, probs, return)
         for g in range(games):
             trained = (0, 1)
             tables = [latest, latest]
-            if pool and rng.random() < 0.5:
+            if v.league and pool and rng.random() < 0.5:
                 trained = (g % 2,)
                 tables[1 - g % 2] = rng.choice(pool)
             decisions, returns = play(root, tables, rng)
-            rows += [(*d, returns[d[0]]) for d in decisions if d[0] in trained]
+            for i, d in enumerate(decisions):
+                if d[0] in trained:
+                    later = sum(v.magnet * kl_at[e[1]] * (-1 if e[0] == d[0] else 1)
+                                for e in decisions[i + 1:]) if v.future else 0.0
+                    rows.append((*d, returns[d[0]] + later))
         s = Samples(rewards=[r[4] for r in rows], groups=[r[1] for r in rows],
                     agents=[r[0] for r in rows], publics=[r[1].split(":", 1)[1] for r in rows],
                     choices=[r[2] for r in rows], probs=[r[3] for r in rows])
@@ -126,29 +183,28 @@ def run(v: Variant, seed: int, steps: int, games: int, lr: float) -> list[float]
         logp_all = torch.log_softmax(policy.logits()[[policy.keys[r[1]] for r in rows]], 1)
         logp = logp_all[torch.arange(len(rows)), [r[2] for r in rows]][:, None]
         entropy = -(logp_all.exp() * logp_all).sum(1)
+        rho = magnet[[policy.keys[r[1]] for r in rows]]
+        mag_kl = (exact_kl(logp_all, rho)[:, None] if v.exact
+                  else k3(logp, rho[torch.arange(len(rows)), [r[2] for r in rows]][:, None]))
         parts = grpo_loss(logp, logp.detach(), torch.tensor(adv, dtype=torch.float32),
-                          torch.ones_like(logp), entropy=entropy, entropy_coef=v.entropy)
+                          torch.ones_like(logp), entropy=entropy, entropy_coef=v.entropy,
+                          magnet_kl=mag_kl, alpha=v.magnet)
         opt.zero_grad()
         parts.loss.backward()
         torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
         for group in opt.param_groups:
             group["lr"] = schedule.lr_at(step)
         opt.step()
+        if v.magnet > 0 and step % v.every == 0:  # in logit space: a geometric mix
+            now = torch.log_softmax(policy.logits().detach(), 1)
+            magnet = torch.log_softmax((1 - v.mix) * magnet + v.mix * now, 1)
         if step % 5 == 0:
             pool = (pool + [policy.table()])[-8:]
         curve.append(exploitability(GAME, policy.table()))
     return curve
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--steps", type=int, default=80)
-    ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--games", type=int, default=128, help="games per step")
-    ap.add_argument("--lr", type=float, default=0.1)
-    args = ap.parse_args()
-    torch.set_num_threads(1)  # tiny tensors: one thread is fastest
-    console = Console()
+def baseline_table(args, console: Console) -> Table:
     table = Table(title=f"Kuhn self-play, tabular replica: exact exploitability "
                         f"({args.seeds} seeds, {args.steps} steps x {args.games} games)")
     for col in ("variant", "final", "best", "last 20 mean", "final / baseline",
@@ -163,7 +219,47 @@ def main() -> None:
         table.add_row(v.name, f"{final:.3f}", f"{best:.3f}", f"{late:.3f}",
                       f"{final / ref[0]:.2f}x", f"{late / ref[1]:.2f}x")
         console.print(f"{v.name}: final {final:.3f}, best {best:.3f}, last 20 {late:.3f}")
-    console.print(table)
+    return table
+
+
+def magnet_table(args, console: Console) -> Table:
+    """Last-iterate figures: the final policy, and the mean over the last 20% of the steps
+    (whether it stays there)."""
+    late_n = max(1, args.steps // 5)
+    table = Table(title=f"Kuhn self-play, tabular replica, magnet schedules: exact "
+                        f"exploitability ({args.seeds} seeds, {args.steps} steps x "
+                        f"{args.games} games)")
+    for col in ("variant", "final mean", "final worst", f"last {late_n} mean",
+                f"last {late_n} worst", "seeds final <= 0.05"):
+        table.add_column(col, justify="left" if col == "variant" else "right")
+    for v in MAGNET_VARIANTS:
+        if args.only and not any(o in v.name for o in args.only):
+            continue
+        curves = np.array([run(v, seed, args.steps, args.games, args.lr)
+                           for seed in range(args.seeds)])
+        late = curves[:, -late_n:].mean(1)
+        row = (f"{curves[:, -1].mean():.3f}", f"{curves[:, -1].max():.3f}",
+               f"{late.mean():.3f}", f"{late.max():.3f}",
+               f"{int((curves[:, -1] <= 0.05).sum())}/{args.seeds}")
+        table.add_row(v.name, *row)
+        console.print(f"{v.name}: " + ", ".join(row), highlight=False)
+    return table
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--steps", type=int, default=80)
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--games", type=int, default=128, help="games per step")
+    ap.add_argument("--lr", type=float, default=0.1)
+    ap.add_argument("--table", choices=("baseline", "magnet"), default="baseline",
+                    help="magnet: the last-iterate schedules (MAGNET_VARIANTS)")
+    ap.add_argument("--only", nargs="*", default=[],
+                    help="magnet table: the variants whose name has one of these")
+    args = ap.parse_args()
+    torch.set_num_threads(1)  # tiny tensors: one thread is fastest
+    console = Console()
+    console.print((magnet_table if args.table == "magnet" else baseline_table)(args, console))
 
 
 if __name__ == "__main__":
