@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
+from helpers import tiny_team
 from typer.testing import CliRunner
 
 from cli import app
 from marl.progress import EtaColumn
-from tests.helpers import tiny_team
 
 
 def _eta(column: EtaColumn, seconds_by_rate: float | None) -> str:

@@ -7,11 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import tiny_team
 from typer.testing import CliRunner
 
 from cli import app
 from configs import load_config_text
-from tests.helpers import tiny_team
 
 FORMS = ["run", "run/best", "run/latest", "run/checkpoints/step_000001", "export"]
 TINY = Path(__file__).parents[1] / "configs" / "tiny_test.yaml"
