@@ -5,7 +5,9 @@ One module per command group, registered here in the order ``marl --help`` lists
 - :mod:`cli.configs`: ``validate`` team and tournament files, print their JSON ``schema``;
 - :mod:`cli.models`: ``models list`` (the registry), ``chat`` (ask a model once);
 - :mod:`cli.play`: ``play`` a team's game against itself, a bot, a checkpoint or you;
-- :mod:`cli.train`: ``train`` with multi-agent GRPO, ``plot`` a run, ``eval exploitability``;
+- :mod:`cli.train`: ``train`` with multi-agent GRPO, ``plot`` a run, ``eval exploitability``,
+  ``eval team`` (credit and specialisation);
+- :mod:`cli.run`: ``run`` a team on a prompt or on cooperative tasks;
 - :mod:`cli.tournament`: ``tournament`` (play, resume, rate, report);
 - :mod:`cli.team`: ``export`` a run as a team, ``serve`` it (OpenAI API), ``topology show``.
 """
@@ -20,11 +22,11 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import typer  # noqa: E402
 
-from cli import configs, models, play, team, tournament, train  # noqa: E402
+from cli import configs, models, play, run, team, tournament, train  # noqa: E402
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="marl-teams: teams of LLM agents that learn together.")
-for group in (configs, models, play, train, tournament, team):
+for group in (configs, models, play, train, run, tournament, team):
     group.register(app)
 
 __all__ = ["app"]

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from configs import Check, GameConfig, TeamConfig
     from configs.schema import PathProblem
     from configs.tournament import TournamentConfig
+    from orchestrator.team import Team
 
 M = TypeVar("M", bound="BaseModel")
 
@@ -113,6 +114,22 @@ def load_team(path: str) -> TeamConfig:
     from configs import TeamConfig
 
     return load_file(path, TeamConfig, [team_problems])
+
+
+def load_runtime_team(source: str, seed: int = 0) -> Team:
+    """A Team from a team YAML (untrained) or a folder (exported team, run, checkpoint)."""
+    from pathlib import Path
+
+    from agents.models import ModelError
+    from orchestrator.team import Team, TeamError
+    from topologies import TopologyError
+
+    try:
+        if Path(source).is_file():
+            return Team.from_config(load_team(source), seed=seed)
+        return Team.load(source, seed=seed)
+    except (ModelError, FileNotFoundError, TeamError, TopologyError) as exc:
+        fail(str(exc))
 
 
 def quiet_transformers() -> None:
