@@ -1,10 +1,11 @@
 """Plan and execute: a planner turns a word problem into a calculation, an executor carries it out.
 
-Only the ``planner`` reads the word problem (its private view); the ``executor`` never sees it
-and must compute what the planner sends, then gives the team's answer as ``\\boxed{N}``.  The
-two jobs differ (reading a story into an expression vs. evaluating an expression), so a team
-whose roles specialise can beat one where both do everything, and swapping their policies
-should hurt: the benchmark of role-specialised training (docs/benchmarks.md).
+Only the ``planner`` reads the word problem (its private view); the ``executor`` never sees it.
+The planner must send the calculation (``PLAN: 3 * 4 - 2``) without solving it, the executor
+must compute what it receives (multiplication first) and give the team's answer as
+``\\boxed{N}``.  The two jobs differ (reading a story into an expression vs. evaluating one),
+so a team whose roles specialise can beat one where both do everything, and swapping their
+policies should hurt: the benchmark of role-specialised training (docs/benchmarks.md).
 
 Difficulty levels (``LEVELS``): 0 one operation on digits; 1 two operations on digits; 2 two
 operations on numbers up to 12.
@@ -18,6 +19,7 @@ runtime scores the executor's message with ``score`` (its last ``\\boxed{}`` or 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,7 +49,7 @@ class Template:
     story: str
     ops: tuple[str, ...]
 
-    def expression(self, numbers: tuple[int, ...]) -> str:
+    def expression(self, numbers: Sequence[int]) -> str:
         """``(3, 4, 2)`` with ``('*', '-')`` -> ``3 * 4 - 2``."""
         parts = [str(numbers[0])]
         for op, x in zip(self.ops, numbers[1:], strict=True):
@@ -104,12 +106,10 @@ class PlanTask:
     answerer: str = "executor"
 
     @property
-    def values(self) -> dict[str, int]:
-        return dict(zip("abc", self.numbers, strict=False))
-
-    @property
     def problem(self) -> str:
-        return self.template.story.format(name=self.name, item=self.item, **self.values)
+        """The story with its numbers, as the planner reads it."""
+        return self.template.story.format(
+            name=self.name, item=self.item, **dict(zip("abc", self.numbers, strict=False)))
 
     @property
     def plan(self) -> str:
@@ -124,14 +124,14 @@ class PlanTask:
     def question(self) -> str:
         return ("Team task for a planner and an executor. The planner alone reads a short word "
                 "problem; the executor never sees it. The planner writes the calculation that "
-                "solves the problem as one line, PLAN: followed by the problem's numbers and "
-                "operators (+, -, *), without solving it. The executor computes the planner's "
-                "calculation (multiplication first) and gives the result as the team's answer, "
-                "as \\boxed{N}.")
+                "solves the problem as one line, PLAN: followed by an expression with the "
+                "problem's numbers (for example PLAN: 3 + 4 * 2), without solving it. The "
+                "executor computes the planner's expression (multiplication first) and gives "
+                "the result as the team's answer, e.g. \\boxed{11}.")
 
     @property
     def private_views(self) -> dict[str, str]:
-        return {"planner": f"Word problem: {self.problem}"}
+        return {"planner": f"The story: {self.problem}"}
 
     def score(self, text: str) -> float:
         return score_integer(text, self.answer)

@@ -87,15 +87,6 @@ def held_out_tasks(task: str, kwargs: Mapping[str, Any], n: int,
     return [make_task(task, seed + i, **kwargs) for i in range(n)]
 
 
-def with_temperature(cfg: TeamConfig, temperature: float | None) -> TeamConfig:
-    """Every role decoding at ``temperature`` (None: as configured; 0 is greedy)."""
-    if temperature is None:
-        return cfg
-    return cfg.model_copy(update={"roles": [r.model_copy(update={
-        "decoding": r.decoding.model_copy(update={"temperature": temperature})})
-        for r in cfg.roles]})
-
-
 @dataclass(frozen=True)
 class Variant:
     """One team to evaluate: the trained adapters each role loads, and the graph it runs."""
@@ -250,7 +241,7 @@ def credit_report(path: str | Path, *, tasks: int = 60, seed: int = EVAL_SEED,
     """Evaluate the trained team at ``path`` and its :func:`ablations` on the same ``tasks``
     held-out tasks (``temperature`` 0: greedy, so rows differ only by the team)."""
     trained = Trained.load(path)
-    cfg = with_temperature(trained.cfg, temperature)
+    cfg = trained.cfg.with_decoding(temperature=temperature)
     problems = held_out_tasks(cfg.game.name, cfg.game.kwargs, tasks, seed)
     report = CreditReport(cfg.name, cfg.game.name,
                           held_out_kwargs(cfg.game.name, cfg.game.kwargs), seed)

@@ -59,14 +59,15 @@ def test_task_is_deterministic_and_scored_exactly() -> None:
             assert t == generate(seed, difficulty)
             assert t.answer >= 0 and len(t.numbers) == len(t.template.ops) + 1
             assert set(t.private_views) == {"planner"} and t.answerer == "executor"
+            assert t.problem in t.private_views["planner"]
             assert t.problem not in t.question  # the executor never reads the story
             assert all(str(x) in t.problem for x in t.numbers)
             assert t.score(f"so {t.plan} = \\boxed{{{t.answer}}}") == 1.0
             assert t.score(f"\\boxed{{{t.answer + 1}}}") == 0.0
             assert t.score("no number") == 0.0
     t = make_task("plan_execute", 3, 1)
-    assert t.plan == " ".join(x for pair in zip(map(str, t.numbers), [*t.template.ops, ""],
-                                                 strict=True) for x in pair).strip()
+    (op1, op2) = t.template.ops
+    assert t.plan == f"{t.numbers[0]} {op1} {t.numbers[1]} {op2} {t.numbers[2]}"
 
 
 def test_train_and_eval_instances_are_disjoint() -> None:
@@ -165,3 +166,11 @@ def test_eval_team_writes_table_csv_json_and_plot(run: Path, tmp_path: Path) -> 
 def test_eval_team_refuses_a_folder_without_a_team(tmp_path: Path) -> None:
     r = CliRunner().invoke(app, ["eval", "team", str(tmp_path)])
     assert r.exit_code == 2 and "team.yaml" in r.output
+
+
+def test_marl_run_on_a_run_writes_transcripts_in_it(run: Path) -> None:
+    r = CliRunner().invoke(app, ["run", str(run), "--game", "plan_execute", "--episodes", "2"])
+    assert r.exit_code == 0, r.output
+    (folder,) = (run / "transcripts").iterdir()
+    assert folder.name.startswith("run-") and (folder / "transcripts.jsonl").is_file()
+    assert "accuracy " in r.output

@@ -50,7 +50,7 @@ def test_run_on_a_task_prints_transcripts_scores_and_accuracy(team: Path, tmp_pa
     got = rows(out)
     assert [g["seed"] for g in got] == [5, 6, 7]
     assert all(g["score"] in (0.0, 1.0) and g["decided_by"] == "executor@0" for g in got)
-    assert all("Word problem" in g["private_views"]["planner"] for g in got)
+    assert all("The story: " in g["private_views"]["planner"] for g in got)
     assert [t["agent"] for t in got[0]["transcript"]] == ["planner", "executor"]
 
 
