@@ -160,7 +160,8 @@ def eval_team_cmd(
                         f"{seed})")
     for column in ("variant", "accuracy", "95% CI", "vs trained", "edges", "messages/task",
                    "tokens/task"):
-        table.add_column(column, justify="left" if column == "variant" else "right")
+        table.add_column(column, justify="left" if column == "variant" else "right",
+                         no_wrap=True)
     for row in report.table():
         table.add_row(row["variant"], f"{row['accuracy']:.3f}",
                       f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}]", f"{row['delta']:+.3f}",
