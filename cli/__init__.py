@@ -6,7 +6,9 @@ One module per command group, registered here in the order ``marl --help`` lists
 - :mod:`cli.models`: ``models list`` (the registry), ``chat`` (ask a model once);
 - :mod:`cli.games`: ``games list`` (every game: seats, kind, arguments, exact evaluation);
 - :mod:`cli.play`: ``play`` a team's game against itself, a bot, a checkpoint or you;
-- :mod:`cli.train`: ``train`` with multi-agent GRPO, ``plot`` a run, ``eval exploitability``;
+- :mod:`cli.train`: ``train`` with multi-agent GRPO, ``plot`` a run, ``eval exploitability``,
+  ``eval team`` (credit and specialisation);
+- :mod:`cli.run`: ``run`` a team on a prompt or on cooperative tasks;
 - :mod:`cli.tournament`: ``tournament`` (play, resume, rate, report);
 - :mod:`cli.team`: ``export`` a run as a team, ``serve`` it (OpenAI API), ``topology show``;
 - :mod:`cli.errors`: an ``OSError`` (full disk, read-only folder) in any of them ends it with one
@@ -23,12 +25,12 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import typer  # noqa: E402
 
-from cli import configs, games, models, play, team, tournament, train  # noqa: E402
+from cli import configs, games, models, play, run, team, tournament, train  # noqa: E402
 from cli.errors import guard  # noqa: E402
 
 app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="marl-teams: teams of LLM agents that learn together.")
-for group in (configs, models, games, play, train, tournament, team):
+for group in (configs, models, games, play, train, run, tournament, team):
     group.register(app)
 guard(app)  # a full disk or a read-only folder: one `error:` line, exit 2
 

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from configs import Check, GameConfig, TeamConfig
     from configs.schema import PathProblem
     from configs.tournament import TournamentConfig
+    from orchestrator.team import Team
 
 M = TypeVar("M", bound="BaseModel")
 
@@ -112,6 +113,24 @@ def load_team(path: str) -> TeamConfig:
     from configs import TeamConfig
 
     return load_file(path, TeamConfig, [team_problems])
+
+
+def load_runtime_team(source: str, seed: int = 0) -> Team:
+    """A Team from a team YAML (untrained) or a trained team: an export, a run, RUN/best,
+    RUN/latest or a checkpoint."""
+    from pathlib import Path
+
+    from agents.models import ModelError
+    from infra.layout import checkpoint_folder
+    from orchestrator.team import Team, TeamError
+    from topologies import TopologyError
+
+    try:
+        if Path(source).is_file() and checkpoint_folder(source) == Path(source):  # not RUN/best
+            return Team.from_config(load_team(source), seed=seed)
+        return Team.load(source, seed=seed)
+    except (ModelError, FileNotFoundError, TeamError, TopologyError) as exc:
+        fail(str(exc))
 
 
 def quiet_transformers() -> None:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from cli.common import fail, load_team, quiet_transformers
+from cli.common import fail, load_runtime_team, load_team, quiet_transformers
 from cli.errors import writing
 
 topology_app = typer.Typer(no_args_is_help=True, help="Communication topologies.")
@@ -38,24 +38,6 @@ def export_cmd(
     typer.echo(f"exported to {path} (load: Team.load({str(path)!r}); serve: marl serve {path})")
 
 
-def _load_runtime_team(source: str):
-    """A Team from a team YAML (untrained) or a trained team: an export, a run, RUN/best,
-    RUN/latest or a checkpoint."""
-    from pathlib import Path
-
-    from agents.models import ModelError
-    from infra.layout import checkpoint_folder
-    from orchestrator.team import Team, TeamError
-    from topologies import TopologyError
-
-    try:
-        if Path(source).is_file() and checkpoint_folder(source) == Path(source):  # not RUN/best
-            return Team.from_config(load_team(source))
-        return Team.load(source)
-    except (ModelError, FileNotFoundError, TeamError, TopologyError) as exc:
-        fail(str(exc))
-
-
 def serve_cmd(
     team: Annotated[str, typer.Argument(help="Exported team folder (or a run, RUN/best, "
                                              "a checkpoint or team YAML).")],
@@ -79,7 +61,7 @@ def serve_cmd(
         if not key:
             fail(f"environment variable {api_key_env} (the API key) is not set")
     with Console(stderr=True).status(f"Loading {team}..."):
-        runtime = _load_runtime_team(team)
+        runtime = load_runtime_team(team)
     try:
         serve(runtime, host, port, api_key=key, max_batch=max_batch)
     except ServeError as exc:

@@ -1,5 +1,5 @@
-"""``marl train``, ``marl plot``, ``marl eval exploitability`` and ``marl eval population``:
-learning and measuring it."""
+"""``marl train``, ``marl plot``, ``marl eval exploitability``, ``marl eval population`` and
+``marl eval team``: learning and measuring it."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import typer
 from cli.common import fail, load_team, quiet_transformers
 from cli.errors import writing
 
-eval_app = typer.Typer(no_args_is_help=True, help="Exact evaluation of players.")
+eval_app = typer.Typer(no_args_is_help=True, help="Evaluation of players and teams.")
 
 
 def train_cmd(
@@ -178,6 +178,60 @@ def eval_population_cmd(
                   f"{report.lower_bound:.6f}); best member {report.members[best].name}: "
                   f"{report.member_exploitability[best]:.6f}")
     console.print(f"wrote {Path(out) if out else Path(run) / POPULATION_FILE}")
+
+
+@eval_app.command("team")
+def eval_team_cmd(
+    run: Annotated[str, typer.Argument(help="Run folder (its latest checkpoint), RUN/best, a "
+                                            "checkpoint or an exported team folder.")],
+    tasks: Annotated[int, typer.Option(min=1, help="Held-out tasks per variant.")] = 60,
+    seed: Annotated[int, typer.Option(help="First held-out task seed.")] = 1_000_000_000,
+    temperature: Annotated[float, typer.Option(min=0.0, help="Decoding temperature of every "
+                                                             "role (0: greedy).")] = 0.0,
+    out: Annotated[str | None, typer.Option(help="Folder for credit.csv, credit.json and "
+                                                 "credit.png (default RUN/credit).")] = None,
+) -> None:
+    """Credit and specialisation: the trained team, the untrained team, swapped adapters,
+    each role reverted and each edge dropped, on the same held-out tasks."""
+    quiet_transformers()
+    from pathlib import Path
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from agents.models import ModelError
+    from infra.layout import resolve
+    from orchestrator.credit import CreditRow, credit_report
+    from orchestrator.team import TeamError
+    from topologies import TopologyError
+
+    where = resolve(run)
+    folder = Path(out) if out else (where.run or where.folder) / "credit"
+    console = Console()
+    with console.status("Evaluating the trained team...") as status:
+        def done(row: CreditRow) -> None:
+            console.print(f"{row.name}: {row.score.accuracy:.3f}")
+            status.update(f"Evaluating the ablations ({row.name} done)...")
+
+        try:
+            report = credit_report(run, tasks=tasks, seed=seed, temperature=temperature,
+                                   on_variant=done)
+        except (ModelError, FileNotFoundError, TeamError, TopologyError, KeyError) as exc:
+            fail(str(exc))
+    table = Table(title=f"{report.team} on {report.game} ({tasks} held-out tasks, seeds from "
+                        f"{seed})")
+    for column in ("variant", "accuracy", "95% CI", "vs trained", "edges", "messages/task",
+                   "tokens/task"):
+        table.add_column(column, justify="left" if column == "variant" else "right",
+                         no_wrap=True)
+    for row in report.table():
+        table.add_row(row["variant"], f"{row['accuracy']:.3f}",
+                      f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}]", f"{row['delta']:+.3f}",
+                      str(row["edges"]), f"{row['messages_per_task']:.2f}",
+                      f"{row['tokens_per_task']:.0f}")
+    console.print(table)
+    paths = report.write(folder)
+    console.print(f"wrote {paths['csv']}, {paths['json']} and {paths['png']}")
 
 
 def register(app: typer.Typer) -> None:

@@ -30,6 +30,7 @@ import games.kuhn_poker  # noqa: F401
 import games.leduc_poker  # noqa: F401
 import games.negotiation  # noqa: F401
 import games.nim  # noqa: F401
+import games.plan_execute  # noqa: F401
 import games.referential  # noqa: F401
 import games.rps  # noqa: F401
 import games.split_arithmetic  # noqa: F401

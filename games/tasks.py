@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from games.base import TextGame
-from games.registry import make_from, register_in
+from games.registry import accepted_kwargs, make_from, register_in
 
 
 @runtime_checkable
@@ -107,6 +107,12 @@ def register_task(name: str) -> Callable[[TaskGenerator], TaskGenerator]:
 
 def task_names() -> list[str]:
     return sorted(_TASKS)
+
+
+def task_takes(name: str, kwarg: str) -> bool:
+    """Whether task ``name``'s generator takes ``kwarg`` (e.g. a ``split`` of held-out seeds)."""
+    allowed = accepted_kwargs(_TASKS[name])
+    return allowed is not None and kwarg in allowed
 
 
 def make_task(name: str, seed: int, difficulty: int = 0, **kwargs: Any) -> Task:
