@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -40,6 +39,7 @@ from configs import TeamConfig, load_config_text  # noqa: E402
 from games.tasks import make_task  # noqa: E402
 from marl.topology import LearnedGraph  # noqa: E402
 from marl.trainer import StepResult, Trainer  # noqa: E402
+from orchestrator.credit import wilson  # noqa: E402
 from orchestrator.team import Team, TeamResult  # noqa: E402
 from topologies import SPATIAL, Topology  # noqa: E402
 
@@ -96,16 +96,6 @@ train:
   checkpoint_every: 1000
   ray: {{enabled: false}}
 """
-
-
-def wilson(k: float, n: int, z: float = 1.96) -> tuple[float, float]:
-    """95% Wilson score interval of a binomial proportion (sound at 0 and 1, unlike Wald)."""
-    if n == 0:
-        return 0.0, 1.0
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def chain(lt_agents: list[str]) -> list[tuple[str, str, str]]:
