@@ -262,6 +262,8 @@ def mean_return_intervals(outcomes: Sequence[Outcome], players: Sequence[str], s
 
 #: Players beyond which :func:`nash_average` is not attempted (it tries every support).
 NASH_MAX_PLAYERS = 14
+#: Players beyond which its bootstrap intervals are not (one solve per resample).
+NASH_INTERVAL_PLAYERS = 8
 
 
 def nash_average(payoff: np.ndarray, tol: float = 1e-9) -> tuple[np.ndarray, np.ndarray]:
@@ -337,7 +339,7 @@ def nash_average_intervals(comp: Comparisons, outcomes: Sequence[Outcome], sampl
     """95% percentile bootstrap intervals of each player's return against the Nash mixture,
     shape (players, 2): deals resampled as in :func:`mean_return_intervals`, the mean-return
     matrix rebuilt and its maximum-entropy Nash mixture solved again per resample."""
-    if samples <= 0 or not outcomes:
+    if samples <= 0 or not outcomes or len(comp.players) > NASH_INTERVAL_PLAYERS:
         return np.full((len(comp.players), 2), np.nan)
     units: dict[object, int] = {}
     unit_of = np.array([units.setdefault(("deal", o.deal) if o.deal is not None
@@ -449,8 +451,7 @@ def rate(outcomes: Sequence[Outcome], players: Sequence[str], anchor: str,
     payoff, mean_return = cross_play(comp)
     mass, versus_nash = nash_average(mean_return)
     by_return = scores_margins(outcomes)
-    nash_ci = (nash_average_intervals(comp, outcomes, bootstrap, seed) if by_return
-               else np.full((len(players), 2), np.nan))
+    nash_ci = nash_average_intervals(comp, outcomes, bootstrap, seed)
     rows = [Rating(p, float(anchor_rating + SCALE * fit.theta[i]),
                    float(anchor_rating + SCALE * ci[i, 0]),
                    float(anchor_rating + SCALE * ci[i, 1]), *counts[p], elo=float(elo_r[i]),

@@ -265,7 +265,7 @@ def test_examples_validate_and_schema_is_current(tmp_path: Path) -> None:
         cfg = load_config(path, TournamentConfig)
         Tournament(cfg, tmp_path / name, base=path.parent)  # sources resolve
     kuhn = load_config(configs.EXAMPLES_DIR / "tournament_kuhn.yaml", TournamentConfig)
-    assert [p.source for p in kuhn.participants] == ["random", "optimal",
+    assert [p.source for p in kuhn.participants] == ["random", "heuristic", "optimal",
                                                      "kuhn_selfplay.yaml"]
     code, output = cli("schema", "--tournament")
     committed = (REPO / "docs" / "tournament.schema.json").read_text(encoding="utf-8")

@@ -85,7 +85,7 @@ def test_topology_show(trained: Path, form: str) -> None:
 @pytest.mark.parametrize("form", FORMS)
 def test_serve_loads_the_team(trained: Path, form: str) -> None:
     """What ``marl serve`` loads before it binds a port."""
-    from cli.team import _load_runtime_team
+    from cli.common import load_runtime_team
 
-    team = _load_runtime_team(str(trained / form))
+    team = load_runtime_team(str(trained / form))
     assert team.agents
