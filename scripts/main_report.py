@@ -95,7 +95,7 @@ def head_to_head(matches: Path, a: str, b: str) -> tuple[float, float, int]:
 
 
 def verdict(ratings: dict[str, dict[str, float]], last: str, chips: float, half: float) -> str:
-    """Kuhn is won in chips: the head-to-head margin decides; ratings count hands won."""
+    """Kuhn is won in chips: the head-to-head margin decides (the rating counts hands won)."""
     t, i = ratings[last], ratings[INITIAL]
     rating = f"rating {t['rating']:.0f} vs {i['rating']:.0f}"
     if chips - half > 0:
@@ -131,6 +131,7 @@ def summary(run: Path) -> str:
     rows = "\n".join(
         f"| {name} | {r['rating']:.0f} | [{r['ci_low']:.0f}, {r['ci_high']:.0f}] | "
         f"{r['games']:.0f} | {r['wins']:.0f} / {r['draws']:.0f} / {r['losses']:.0f} | "
+        f"{r['nash_average']:+.3f} [{r['nash_low']:+.3f}, {r['nash_high']:+.3f}] | "
         f"{expl.get(name, 'n/a')} |" for name, r in ratings.items())
     text = f"""# Main job: Kuhn poker self-play on SmolLM2-135M-Instruct
 
@@ -143,13 +144,15 @@ untrained {before:.4f} -> trained {after:.4f} ({'lower, better' if after < befor
 Tournament (round robin, both seats; Bradley-Terry ratings anchored on the random bot at 0,
 95% bootstrap intervals; `tournament/report.html`):
 
-| participant | rating | 95% interval | games | W / D / L | exploitability |
-|---|---|---|---|---|---|
+| participant | rating | 95% interval | games | W / D / L | chips vs Nash mixture [95%] | exploitability |
+|---|---|---|---|---|---|---|
 {rows}
 
 Head to head, {last} against the untrained model: {chips:+.3f} +/- {half:.3f} chips a game
-over {n} games (95% interval). Ratings count hands won; chips decide poker
-(`tournament/returns.csv` has every pair's mean chips).
+over {n} games (95% interval). The rating counts hands won; chips decide poker: the chips
+column is each player's mean against the field's Nash mixture (Nash averaging, the
+tournament's ranking for poker; 0 for an equilibrium player), and `tournament/returns.csv` has
+every pair's mean chips.
 
 **{verdict(ratings, last, chips, half)}**
 """
