@@ -144,7 +144,7 @@ untrained {before:.4f} -> trained {after:.4f} ({'lower, better' if after < befor
 Tournament (round robin, both seats; Bradley-Terry ratings anchored on the random bot at 0,
 95% bootstrap intervals; `tournament/report.html`):
 
-| participant | rating | 95% interval | games | W / D / L | chips vs Nash mixture [95%] | exploitability |
+| participant | rating | 95% interval | games | W / D / L | chips vs Nash [95%] | exploitability |
 |---|---|---|---|---|---|---|
 {rows}
 
