@@ -210,7 +210,7 @@ class ModelHost:
         self._memo.pop(adapter, None)
         self._owners = None
 
-    def _weights_version(self, adapter: str | None) -> tuple[int, ...]:
+    def weights_version(self, adapter: str | None) -> tuple[int, ...]:
         """Changes whenever a parameter that ``adapter``'s scores depend on (its own and the
         base's) is written in place (optimizer steps, loading): torch bumps a tensor's version
         counter on every in-place operation."""
@@ -370,7 +370,7 @@ class ModelHost:
         memo = not torch.is_grad_enabled() and not self.model.training
         known = self._memo.setdefault(self._active, {}) if memo else {}
         if memo:
-            version = self._weights_version(self._active)
+            version = self.weights_version(self._active)
             if version != self._memo_version.get(self._active) or len(known) > 200_000:
                 known.clear()
                 self._memo_version[self._active] = version

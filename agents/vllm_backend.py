@@ -118,7 +118,7 @@ class VLLMEngine:
     def activate(self, host: ModelHost, adapter: str | None) -> Any:
         """Bring the engine to ``host``'s current weights with ``adapter`` active; returns the
         ``lora_request`` to pass to vLLM (``None`` when merged or no adapter)."""
-        key = (id(host), adapter, host._weights_version(adapter))
+        key = (id(host), adapter, host.weights_version(adapter))
         if self.weight_sync == "lora":
             return None if adapter is None else self._lora(host, adapter, key)
         if key != self._state:

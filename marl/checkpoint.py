@@ -36,11 +36,13 @@ from infra.atomic import atomic_write
 from infra.layout import (
     ADAPTERS,
     LATEST,
+    LEAGUE,
     STATE_FILE,
     TEAM_FILE,
     adapter_folder,
     checkpoint_dir,
     point,
+    snapshot_file,
 )
 from marl.league import Weights
 from orchestrator.participants import ParticipantId
@@ -103,10 +105,6 @@ class Checkpoint:
     state: dict
 
 
-def _snapshot_file(folder: Path, sid: str) -> Path:
-    return folder / "league" / f"{sid.replace(':', '_')}.safetensors"
-
-
 def save_checkpoint(run: Path, step: int, cfg: TeamConfig, weights: Weights,
                     optimizer_states: dict[str, dict],
                     snapshots: Mapping[ParticipantId, Weights],
@@ -121,10 +119,10 @@ def save_checkpoint(run: Path, step: int, cfg: TeamConfig, weights: Weights,
         (tmp / "optimizer").mkdir()
         for i, (key, opt) in enumerate(optimizer_states.items()):
             save_optimizer_state(opt, tmp / "optimizer" / str(i), model=key)
-        (tmp / "league").mkdir()
+        (tmp / LEAGUE).mkdir()
         for sid, w in snapshots.items():
             flat = {f"{role}::{k}": v for role, sd in w.items() for k, v in sd.items()}
-            _save_tensors(flat, _snapshot_file(tmp, str(sid)))
+            _save_tensors(flat, snapshot_file(tmp, str(sid)))
         (tmp / STATE_FILE).write_text(json.dumps({"step": step, **state}, indent=1))
         (tmp / TEAM_FILE).write_text(yaml.safe_dump(cfg.model_dump(by_alias=True, mode="json"),
                                                     sort_keys=False))
@@ -145,7 +143,7 @@ def load_checkpoint(path: Path) -> Checkpoint:
         optimizer_states[meta["model"]] = opt
     snapshots: dict[ParticipantId, Weights] = {}
     for sid in state.get("league", {}).get("snapshots", []):
-        flat = load_file(str(_snapshot_file(path, sid)))
+        flat = load_file(str(snapshot_file(path, sid)))
         w: Weights = {}
         for k, v in flat.items():
             role, name = k.split("::", 1)

@@ -51,7 +51,7 @@ from marl.loggers import open_loggers, unavailable
 from marl.magnet import Magnet
 from marl.runtime import LocalRuntime, RayRuntime, Runtime, trainable_hosts
 from marl.topology import graph_strategy
-from marl.workers import EpisodeSpec, rollout_kind
+from marl.workers import EpisodeSpec
 from orchestrator.participants import ParticipantId
 from orchestrator.team import TeamError, assign_views
 
@@ -100,8 +100,8 @@ def check_compatible(cfg: TeamConfig) -> None:
     tc = cfg.train
     if tc is None:
         raise TrainingError("the config has no `train` section")
-    learns_graph = rollout_kind(cfg) == "team" and cfg.topology.learnable
-    if rollout_kind(cfg) == "team":
+    learns_graph = cfg.rollout_kind() == "team" and cfg.topology.learnable
+    if cfg.rollout_kind() == "team":
         seats = _check_team_task(cfg)
     else:
         problem = games.check_config(cfg.game)
@@ -151,7 +151,7 @@ class Trainer:
         self.run_dir = run
         run.mkdir(parents=True, exist_ok=True)
         sweep_orphans(run)  # a trainer owns its run: temps now are a killed run's
-        team_rollout = rollout_kind(cfg) == "team"
+        team_rollout = cfg.rollout_kind() == "team"
         env = None if team_rollout else games.make_from_config(cfg.game)
         self.seats = team_agents(cfg) if env is None else list(env.possible_agents)
         self.estimator = make_estimator(self.tc.advantage, decay=self.tc.rae_decay,

@@ -59,14 +59,6 @@ class TeamEpisode(Episode):
     edge_mask: tuple[bool, ...] | None = None
 
 
-def rollout_kind(cfg: TeamConfig) -> str:
-    """``game`` or ``team`` (``train.rollout``; auto: team when the topology is learnable)."""
-    kind = cfg.train.rollout if cfg.train is not None else "auto"
-    if kind == "auto":
-        return "team" if cfg.topology.learnable else "game"
-    return kind
-
-
 class TeamPlayer:
     """Plays episode specs as team tasks: spec ``i`` is the task of ``game.name`` with the
     spec's seed, answered by the team along the spec's sampled graph (else the configured
@@ -116,7 +108,7 @@ class RolloutWorker:
                      if self.trainee is not None else None)
         self.extra: dict[ParticipantId, Agent] = {}
         self._play: Callable[[list[EpisodeSpec]], list[Episode]] = (
-            TeamPlayer(self.cfg, self.roster).play if rollout_kind(self.cfg) == "team"
+            TeamPlayer(self.cfg, self.roster).play if self.cfg.rollout_kind() == "team"
             else self._play_games)
 
     # ----- weights
