@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -137,7 +138,8 @@ class VLLMEngine:
 
             path = Path(self._dir.name) / str(self._next_id)
             host.save_adapter(adapter, path)
-            self._loras = {k: v for k, v in self._loras.items() if k[:2] != key[:2]}
+            for old in [k for k in self._loras if k[:2] == key[:2]]:  # superseded versions
+                shutil.rmtree(self._loras.pop(old).lora_path, ignore_errors=True)
             self._loras[key] = LoRARequest(f"{adapter}-{self._next_id}", self._next_id,
                                            str(path))
             self._next_id += 1

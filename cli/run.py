@@ -37,11 +37,8 @@ def _show(result: TeamResult, title: str) -> None:
 
 def _tasks(team: Team, game: str, episodes: int, seed: int) -> list:
     """Held-out instances of ``game``, with the team's task arguments when it is its task."""
-    from games.tasks import task_names
     from orchestrator.credit import held_out_tasks
 
-    if game not in task_names():
-        fail(f"unknown cooperative task {game!r}; known: {', '.join(task_names())}")
     kwargs = team.cfg.game.kwargs if team.cfg.game.name == game else {}
     try:
         return held_out_tasks(game, kwargs, episodes, seed)
@@ -68,9 +65,12 @@ def run_cmd(
     if (task is None) == (game is None):
         fail("give exactly one of --task TEXT or --game TASK")
     quiet_transformers()
+    from games.tasks import task_names
     from orchestrator.credit import Accuracy
     from orchestrator.team import TeamError
 
+    if game is not None and game not in task_names():  # before any model is loaded
+        fail(f"unknown cooperative task {game!r}; known: {', '.join(task_names())}")
     runtime = load_runtime_team(team, seed=seed)
     problems = [task] if task is not None else _tasks(runtime, game, episodes, seed)
     try:

@@ -66,7 +66,7 @@ class MismatchConfig(StrictModel):
                             "none: the engine's log-probs; auto: recompute for roles on vllm, "
                             "else none.  Every correction logs learner.mismatch, the mean "
                             "|log pi_engine - log pi_learner|.")
-    cap: float = Field(2.0, ge=1.0, description="C of the truncated importance weights.")
+    cap: Float = Field(2.0, ge=1.0, le=1e6, description="C of the truncated importance weights.")
 
 
 class InvalidMovesConfig(StrictModel):
@@ -90,12 +90,13 @@ class MagnetConfig(StrictModel):
     """Magnetic mirror descent: a KL pull towards a magnet policy that follows the policy, so
     the last iterate of self-play settles (docs/algorithms.md#magnet-schedule)."""
 
-    alpha: float = Field(0.0, ge=0, description="Weight of KL(pi || magnet) in the loss (exact "
-                                                 "over the legal actions in choice decoding); "
-                                                 "0: off.")
-    every: int = Field(50, ge=1, description="Move the magnet every k steps, once the policy "
-                                             "is near the equilibrium of the current one.")
-    mix: float = Field(1.0, gt=0, le=1, description="g: the magnet's adapter weights become "
+    alpha: Float = Field(0.0, ge=0, le=1e6,
+                         description="Weight of KL(pi || magnet) in the loss (exact over the "
+                                     "legal actions in choice decoding); 0: off.")
+    every: Int = Field(50, ge=1, le=MAX_STEPS,
+                       description="Move the magnet every k steps, once the policy is near the "
+                                   "equilibrium of the current one.")
+    mix: Float = Field(1.0, gt=0, le=1, description="g: the magnet's adapter weights become "
                                                     "(1 - g) magnet + g policy (1: a copy).")
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import matplotlib
 
 from infra.atomic import atomic_write
+from infra.jsonl import complete_lines
 from infra.layout import METRICS
 
 matplotlib.use("Agg")
@@ -16,7 +17,8 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 
 
 def read_metrics(run: Path) -> list[dict]:
-    lines = (run / METRICS).read_text().splitlines()
+    """The run's complete metrics lines (a line torn by a kill is left out)."""
+    lines, _torn = complete_lines(run / METRICS)
     return [json.loads(ln) for ln in lines if ln.strip()]
 
 

@@ -233,6 +233,14 @@ def scores_margins(outcomes: Sequence[Outcome]) -> bool:
     return len({abs(r) for o in outcomes for r in o.returns} - {0.0}) > 1
 
 
+def deal_units(outcomes: Sequence[Outcome]) -> np.ndarray:
+    """The resampling unit of each game: games dealt alike (``Outcome.deal``) share one, a
+    game without a deal is its own."""
+    units: dict[object, int] = {}
+    return np.array([units.setdefault(("deal", o.deal) if o.deal is not None else ("game", g),
+                                      len(units)) for g, o in enumerate(outcomes)], dtype=int)
+
+
 def mean_return_intervals(outcomes: Sequence[Outcome], players: Sequence[str], samples: int,
                           seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Each player's mean return over its games, and 95% percentile bootstrap intervals,
@@ -240,22 +248,20 @@ def mean_return_intervals(outcomes: Sequence[Outcome], players: Sequence[str], s
     seat order of one duplicate deal) with replacement, so the luck of the cards that the
     duplicate format cancels stays cancelled in the intervals too."""
     index = {p: i for i, p in enumerate(players)}
-    units: dict[object, int] = {}
-    for g, o in enumerate(outcomes):
-        units.setdefault(("deal", o.deal) if o.deal is not None else ("game", g), len(units))
-    total, count = np.zeros((len(units), len(players))), np.zeros((len(units), len(players)))
-    for g, o in enumerate(outcomes):
-        u = units[("deal", o.deal) if o.deal is not None else ("game", g)]
+    unit_of = deal_units(outcomes)
+    n_units = int(unit_of.max(initial=-1)) + 1
+    total, count = np.zeros((n_units, len(players))), np.zeros((n_units, len(players)))
+    for o, u in zip(outcomes, unit_of, strict=True):
         for p, r in zip(o.players, o.returns, strict=True):
             total[u, index[p]] += r
             count[u, index[p]] += 1
     with np.errstate(invalid="ignore", divide="ignore"):
         means = total.sum(0) / count.sum(0)
-        if samples <= 0 or not units:
+        if samples <= 0 or not n_units:
             return means, np.full((len(players), 2), np.nan)
         rng = np.random.default_rng(seed)
-        weights = np.stack([np.bincount(rng.integers(0, len(units), len(units)),
-                                        minlength=len(units)) for _ in range(samples)])
+        weights = np.stack([np.bincount(rng.integers(0, n_units, n_units),
+                                        minlength=n_units) for _ in range(samples)])
         draws = (weights @ total) / (weights @ count)
         return means, np.nanpercentile(draws, [2.5, 97.5], axis=0).T
 
@@ -341,14 +347,12 @@ def nash_average_intervals(comp: Comparisons, outcomes: Sequence[Outcome], sampl
     matrix rebuilt and its maximum-entropy Nash mixture solved again per resample."""
     if samples <= 0 or not outcomes or len(comp.players) > NASH_INTERVAL_PLAYERS:
         return np.full((len(comp.players), 2), np.nan)
-    units: dict[object, int] = {}
-    unit_of = np.array([units.setdefault(("deal", o.deal) if o.deal is not None
-                                         else ("game", g), len(units))
-                        for g, o in enumerate(outcomes)])
+    unit_of = deal_units(outcomes)
+    n_units = int(unit_of.max()) + 1
     rng = np.random.default_rng(seed)
     draws = np.empty((samples, len(comp.players)))
     for b in range(samples):
-        counts = np.bincount(rng.integers(0, len(units), len(units)), minlength=len(units))
+        counts = np.bincount(rng.integers(0, n_units, n_units), minlength=n_units)
         draws[b] = nash_average(mean_return_matrix(comp, counts[unit_of].astype(float)))[1]
     return np.percentile(draws, [2.5, 97.5], axis=0).T
 
@@ -356,17 +360,14 @@ def nash_average_intervals(comp: Comparisons, outcomes: Sequence[Outcome], sampl
 def cross_play(comp: Comparisons) -> tuple[np.ndarray, np.ndarray]:
     """Mean score and mean return of row vs column over both seat orders (NaN: never met)."""
     p = len(comp.players)
-    count, score, ret = np.zeros((p, p)), np.zeros((p, p)), np.zeros((p, p))
-    for a, b, y, ra, rb in zip(comp.first, comp.second, comp.score, comp.ret_first,
-                               comp.ret_second, strict=True):
+    count, score = np.zeros((p, p)), np.zeros((p, p))
+    for a, b, y in zip(comp.first, comp.second, comp.score, strict=True):
         count[a, b] += 1
         count[b, a] += 1
         score[a, b] += y
         score[b, a] += 1 - y
-        ret[a, b] += ra
-        ret[b, a] += rb
     with np.errstate(invalid="ignore", divide="ignore"):
-        return score / count, ret / count
+        return score / count, mean_return_matrix(comp)
 
 
 def records(outcomes: Sequence[Outcome], players: Sequence[str]) -> dict[str, tuple[int, ...]]:
@@ -449,9 +450,15 @@ def rate(outcomes: Sequence[Outcome], players: Sequence[str], anchor: str,
     counts = records(outcomes, players)
     means, means_ci = mean_return_intervals(outcomes, players, bootstrap, seed)
     payoff, mean_return = cross_play(comp)
-    mass, versus_nash = nash_average(mean_return)
     by_return = scores_margins(outcomes)
-    nash_ci = nash_average_intervals(comp, outcomes, bootstrap, seed)
+    if len(players) <= NASH_MAX_PLAYERS:
+        mass, versus_nash = nash_average(mean_return)
+        nash_ci = nash_average_intervals(comp, outcomes, bootstrap, seed)
+    else:
+        mass = versus_nash = np.full(len(players), np.nan)
+        nash_ci = np.full((len(players), 2), np.nan)
+        notes.append(f"no Nash average: it enumerates supports, at most {NASH_MAX_PLAYERS} "
+                     f"players (here {len(players)})")
     rows = [Rating(p, float(anchor_rating + SCALE * fit.theta[i]),
                    float(anchor_rating + SCALE * ci[i, 0]),
                    float(anchor_rating + SCALE * ci[i, 1]), *counts[p], elo=float(elo_r[i]),
@@ -462,6 +469,7 @@ def rate(outcomes: Sequence[Outcome], players: Sequence[str], anchor: str,
             for i, p in enumerate(players)]
     # margins (chips): ranked by the return against the field's Nash mixture, where an
     # equilibrium player is never below one it beats; the field average breaks ties
-    rows.sort(key=lambda r: (-r.nash_average, -r.mean_return) if by_return else (-r.rating,))
+    rows.sort(key=lambda r: (-np.nan_to_num(r.nash_average, nan=-np.inf), -r.mean_return)
+              if by_return else (-r.rating,))
     return RatingReport(players, anchor, rows, payoff, mean_return, seat_scores(outcomes),
                         SCALE * fit.home, fit.prior, notes, elo_k, by_return)

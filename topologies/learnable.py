@@ -82,7 +82,7 @@ class LearnableTopology:
                  config: TopologyLearningConfig | None = None) -> None:
         config = config or TopologyLearningConfig()
         if config.temporal is None:  # the schema's default: learn them when there are rounds
-            config = config.model_copy(update={"temporal": rounds > 1})
+            config = config.replace(temporal=rounds > 1)
         self.config = config
         if self.config.temporal and rounds < 2:
             raise TopologyError("temporal candidates need rounds >= 2 (a single round has no "
