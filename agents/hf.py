@@ -186,7 +186,9 @@ class ModelHost:
 
     @contextlib.contextmanager
     def use(self, adapter: str | None) -> Iterator[None]:
-        """Run the block with ``adapter`` active, or with every adapter disabled for ``None``."""
+        """Run the block with ``adapter`` active, or with every adapter disabled for ``None``;
+        the adapter active before comes back afterwards (PEFT's ``set_adapter`` also makes the
+        active adapter the only trainable one, so a nested block must hand it back)."""
         if not isinstance(self.model, PeftModel):
             if adapter is not None:
                 raise KeyError(f"no adapter {adapter!r}: this model has none")
@@ -201,9 +203,15 @@ class ModelHost:
         else:
             if adapter not in self.adapters:
                 raise KeyError(f"no adapter {adapter!r}; known: {self.adapters}")
+            previous = self._active
             self.model.set_adapter(adapter)
             self._active = adapter
-            yield
+            try:
+                yield
+            finally:
+                if previous is not None and previous != adapter:
+                    self.model.set_adapter(previous)
+                    self._active = previous
 
     def _forget(self, adapter: str) -> None:
         """An adapter was added or removed: its remembered scores and the owner map go."""

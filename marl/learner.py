@@ -214,8 +214,6 @@ class Learner:
         with torch.no_grad(), self.host.use(magnet_adapter(adapter)):
             rho = (self._choice_dists(items) if items[0].kind == "choice"
                    else self._logp_fn(items[0])(items)[0])
-        with self.host.use(adapter):  # back to the policy (trainable again): use() stays set
-            pass
         return rho
 
     def _choice_dists(self, items: list[TrainItem]) -> list[torch.Tensor]:
