@@ -28,12 +28,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents.builder import adapter_dir, host_key
-from configs import TeamConfig, load_config
+from agents.builder import host_key
+from configs import TeamConfig
 from games.tasks import Task, make_task, task_takes
-from infra.layout import TEAM_FILE, TOPOLOGY_FILE, checkpoint_folder
 from orchestrator.team import Team, TeamResult
-from topologies import LearnableTopology, Topology, build_topology
+from orchestrator.team.runtime import trained_parts
+from topologies import Topology, build_topology
 
 #: First seed of held-out tasks: far from the small seeds tests and examples use (tasks with a
 #: ``split`` argument are held out by content as well, whatever the seed).
@@ -109,16 +109,8 @@ class Trained:
     def load(cls, path: str | Path) -> Trained:
         """From a run (its latest checkpoint), a checkpoint or an exported team; the graph is
         the deployed learned one when the folder holds it, as ``Team.load`` runs it."""
-        folder = checkpoint_folder(Path(path))
-        if not (folder / TEAM_FILE).is_file():
-            raise FileNotFoundError(f"{folder} has no team.yaml (expected a run, a checkpoint "
-                                    "or an exported team folder)")
-        cfg = load_config(folder / TEAM_FILE)
-        adapters = {r.name: adapter_dir(folder, r.name) for r in cfg.roles
-                    if r.adapter is not None}
-        learned = folder / TOPOLOGY_FILE
-        topology = (LearnableTopology.load(learned).deploy()
-                    if cfg.topology.learnable and learned.is_file() else build_topology(cfg))
+        cfg, adapters, learned = trained_parts(path)
+        topology = learned.deploy() if learned is not None else build_topology(cfg)
         return cls(cfg, adapters, topology)
 
 

@@ -96,6 +96,23 @@ class _TaskRun:
     said: dict[Node, NodeMessage] = field(default_factory=dict)
 
 
+def trained_parts(path: str | Path) -> tuple[TeamConfig, dict[str, Path], LearnableTopology | None]:
+    """What a trained team is made of, from an exported folder, a checkpoint or a run (its
+    latest checkpoint): its config, each trainable role's adapter folder, and its learned
+    topology when the config is learnable and ``topology.safetensors`` is there."""
+    folder = checkpoint_folder(Path(path))
+    team_file = folder / TEAM_FILE
+    if not team_file.is_file():
+        raise FileNotFoundError(f"{folder} has no team.yaml (expected an exported team, a run "
+                                "or a checkpoint folder)")
+    cfg = load_config(team_file)
+    adapters = {r.name: adapter_dir(folder, r.name) for r in cfg.roles if r.adapter is not None}
+    learned = folder / TOPOLOGY_FILE
+    topology = (LearnableTopology.load(learned) if cfg.topology.learnable and learned.is_file()
+                else None)
+    return cfg, adapters, topology
+
+
 class Team:
     """A runnable team: agents (policies), a topology, a decision rule.
 
@@ -168,18 +185,11 @@ class Team:
         checkpoint): ``team.yaml``, ``adapters/<role>/`` for every trainable role, and the
         learned topology if the config is learnable and ``topology.safetensors`` is there.
         Needs no network: the base model comes from the registry's cache (or memory)."""
-        folder = checkpoint_folder(Path(path))
-        team_file = folder / TEAM_FILE
-        if not team_file.is_file():
-            raise FileNotFoundError(f"{folder} has no team.yaml (expected an exported team, a "
-                                    "run or a checkpoint folder)")
-        cfg = load_config(team_file)
-        policies = kwargs.get("policies") or {}
-        adapters = {r.name: adapter_dir(folder, r.name) for r in cfg.roles
-                    if r.adapter is not None and r.name not in policies}
-        learned = folder / TOPOLOGY_FILE
-        if cfg.topology.learnable and learned.is_file() and "topology" not in kwargs:
-            kwargs.setdefault("learnable", LearnableTopology.load(learned))
+        cfg, adapters, learned = trained_parts(path)
+        for role in kwargs.get("policies") or {}:
+            adapters.pop(role, None)
+        if learned is not None and "topology" not in kwargs:
+            kwargs.setdefault("learnable", learned)
         return cls.from_config(cfg, adapters=adapters, **kwargs)
 
     # ----- planning
