@@ -15,6 +15,7 @@ from agents.agent import Agent
 from agents.hf import AdapterMismatch, HFPolicy, ModelHost
 from agents.models import MODEL_REGISTRY, ensure_cached, load_model
 from agents.policy import Policy, make_policy
+from agents.precision import weights_dtype
 from configs.schema import LOCAL_BACKENDS, RoleConfig, TeamConfig
 from infra.layout import adapter_folder
 
@@ -54,6 +55,16 @@ def host_key(cfg: TeamConfig, role: RoleConfig) -> str:
     return role.model
 
 
+def host_precisions(cfg: TeamConfig, key: str) -> list[str]:
+    """The precision of every forward run on host ``key``: its roles' decoding, and the
+    learner's when it trains one of their adapters."""
+    roles = [r for r in cfg.roles if r.backend in LOCAL_BACKENDS and host_key(cfg, r) == key]
+    out = [r.decoding.precision for r in roles]
+    if cfg.train is not None and any(r.adapter is not None for r in roles):
+        out.append(cfg.train.precision)
+    return out
+
+
 @dataclass
 class BuildContext:
     """What role builders share: the team config, the model hosts built so far, a seed, and
@@ -70,7 +81,8 @@ def _host(role: RoleConfig, ctx: BuildContext) -> tuple[ModelHost, str | None]:
     the trained weights when given (else untrained)."""
     key = host_key(ctx.cfg, role)
     if key not in ctx.hosts:
-        ctx.hosts[key] = ModelHost(*load_model(role.model))
+        dtype = weights_dtype(host_precisions(ctx.cfg, key))
+        ctx.hosts[key] = ModelHost(*load_model(role.model, dtype=dtype))
     host = ctx.hosts[key]
     if role.adapter is None:
         return host, None

@@ -1,14 +1,15 @@
 """Compute precision of the transformers path: fp32, or bf16/fp16 autocast around forwards.
 
-The weights stay as loaded (fp32): autocast runs the matrix products in half precision (bf16 on
-CPUs with AMX and on GPUs, fp16 on GPUs only) and keeps precision-sensitive ops (softmax,
-norms, losses) in fp32.  LoRA weights, their gradients and the optimizer state therefore stay
-fp32 whatever the compute precision.
+Autocast runs the matrix products in half precision (bf16 on CPUs with AMX and on GPUs, fp16 on
+GPUs only) and keeps precision-sensitive ops (softmax, norms, losses) in fp32.  A frozen base
+that only half-precision forwards use is stored in that dtype (:func:`weights_dtype`); LoRA
+weights, their gradients and the optimizer state stay fp32 whatever the compute precision.
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterable
 
 import torch
 
@@ -42,3 +43,17 @@ def compute_dtype(device: torch.device | str) -> torch.dtype:
     """The dtype that matrix products run in here: autocast's where it is on, else fp32."""
     kind = torch.device(device).type
     return torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else torch.float32
+
+
+def weights_dtype(precisions: Iterable[str]) -> torch.dtype:
+    """The dtype to store a frozen base in, given the precision of every forward run on it.
+
+    Half precision when they all compute in the same half dtype, else fp32.  Autocast caches
+    its casts only for weights that require grad, so fp32 frozen weights are cast again at
+    every forward: at decoding batch sizes that costs more than the half-precision matrix units
+    save.  Stored in bf16 the base is cast never and holds half the memory.  (PEFT keeps the
+    adapters it adds in fp32 over a half-precision base.)
+    """
+    dtypes = {PRECISIONS[p] for p in precisions}
+    half = dtypes.pop() if len(dtypes) == 1 else None
+    return half if half is not None else torch.float32

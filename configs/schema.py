@@ -125,8 +125,11 @@ class DecodingConfig(StrictModel):
     precision: Precision = Field(
         "fp32", description="Compute precision of this role's forward passes (backends hf and "
                             "vllm; roles sharing a vLLM engine share the first one's): "
-                            "fp32, or bf16/fp16 autocast with the weights kept fp32. bf16 is "
-                            "about 2x faster on CPUs with AMX and on GPUs; fp16 needs a GPU.")
+                            "fp32, or bf16/fp16 autocast. When every role on a base and its "
+                            "learner (train.precision) compute in the same half precision, the "
+                            "frozen base is stored in it (LoRA weights stay fp32); mixed, it "
+                            "stays fp32 and is cast at each forward, which is slower. fp16 "
+                            "needs a GPU.")
 
 
 class EndpointConfig(StrictModel):

@@ -1,6 +1,6 @@
-"""bf16 compute (autocast, weights and optimizer state kept fp32) and shared prompt heads in
-free generation: what they change must stay within numerics, and what they must not change
-(the sampled distribution, the dtypes of what is trained) does not."""
+"""bf16 compute (autocast over a bf16 frozen base; LoRA weights and optimizer state kept fp32)
+and shared prompt heads in free generation: what they change must stay within numerics, and
+what they must not change (the sampled distribution, the dtypes of what is trained) does not."""
 
 from __future__ import annotations
 
@@ -8,21 +8,25 @@ import random
 
 import pytest
 import torch
+from helpers import tiny_team
 from pydantic import ValidationError
 
+from agents.builder import build_roster
 from agents.hf import HFPolicy, ModelHost
 from agents.models import load_model
 from agents.policy import Request
-from agents.precision import autocast
+from agents.precision import autocast, weights_dtype
+from configs import load_config_text
 from configs.schema import DecodingConfig
 from configs.train import RayConfig, TrainConfig
 from marl.learner import Learner, TrainItem
 from marl.optim import deepspeed_config
 
 
-def _host(seed: int = 0) -> ModelHost:
-    """The tiny model with an adapter that already differs from the base (B != 0)."""
-    host = ModelHost(*load_model("tiny-random"))
+def _host(seed: int = 0, dtype: torch.dtype = torch.float32) -> ModelHost:
+    """The tiny model (base in ``dtype``) with an adapter that already differs from the base
+    (B != 0)."""
+    host = ModelHost(*load_model("tiny-random", dtype=dtype))
     host.add_adapter("red", r=4, alpha=8, seed=seed)
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -65,16 +69,44 @@ def test_deepspeed_keeps_fp32_weights_on_a_cpu() -> None:
     assert not cfg["bf16"]["enabled"] and not cfg["fp16"]["enabled"]
 
 
+# ----- where the base is stored in half precision
+def test_the_base_is_half_only_where_every_forward_on_it_is() -> None:
+    assert weights_dtype(["bf16", "bf16"]) is torch.bfloat16
+    assert weights_dtype(["fp16"]) is torch.float16
+    assert weights_dtype(["bf16", "fp32"]) is torch.float32
+    assert weights_dtype(["bf16", "fp16"]) is torch.float32
+    assert weights_dtype([]) is torch.float32
+
+
+@pytest.mark.parametrize(("decoding", "train", "base"), [
+    ("bf16", "bf16", torch.bfloat16), ("bf16", "fp32", torch.float32),
+    ("fp32", "bf16", torch.float32)])
+def test_a_roster_stores_the_base_in_the_precision_its_forwards_share(
+        decoding: str, train: str, base: torch.dtype) -> None:
+    text = tiny_team("kuhn_poker", f"  precision: {train}\n  ray: {{enabled: false}}\n")
+    cfg = load_config_text(text.replace("{mode: choice}",
+                                        f"{{mode: choice, precision: {decoding}}}"))
+    host = build_roster(cfg).hosts["tiny-random"]
+    dtypes = {n: p.dtype for n, p in host.model.named_parameters()}
+    assert {d for n, d in dtypes.items() if "lora_" not in n} == {base}
+    assert {d for n, d in dtypes.items() if "lora_" in n} == {torch.float32}
+
+
 # ----- scoring and updates in bf16
-def test_bf16_choice_probabilities_are_close_to_fp32() -> None:
-    host = _host()
+@pytest.mark.parametrize("base", [torch.float32, torch.bfloat16])
+def test_bf16_choice_probabilities_are_close_to_fp32(base: torch.dtype) -> None:
     rules = "You play a small game. " * 6
     requests = [Request(messages=[{"role": "user", "content": f"{rules}State {i}."}],
                         legal=[0, 1, 2], action_texts=["[a1]", "[b2]", "[c3]"])
                 for i in range(4)]
+    host = _host()
     fp32 = HFPolicy(host, "red", mode="choice").probabilities(requests)
-    bf16 = HFPolicy(host, "red", mode="choice", precision="bf16").probabilities(requests)
-    assert {k[2] for k in host._memo["red"]} == {torch.float32, torch.bfloat16}  # apart
+    if base is torch.float32:  # one host scores in both precisions and remembers them apart
+        bf16 = HFPolicy(host, "red", mode="choice", precision="bf16").probabilities(requests)
+        assert {k[2] for k in host._memo["red"]} == {torch.float32, torch.bfloat16}
+    else:
+        bf16 = HFPolicy(_host(dtype=base), "red", mode="choice",
+                        precision="bf16").probabilities(requests)
     diff = max(abs(a - b) for pa, pb in zip(fp32, bf16, strict=True)
                for a, b in zip(pa, pb, strict=True))
     assert 0 < diff < 0.02
@@ -96,7 +128,7 @@ def _free_items(host: ModelHost, n: int = 6) -> list[TrainItem]:
 def _loss_change(precision: str) -> tuple[float, Learner]:
     """The loss before and after one update on the same batch, from the same weights."""
     torch.manual_seed(0)
-    host = _host()
+    host = _host(dtype=weights_dtype([precision]))  # as a roster stores it
     learner = Learner(host, ["red"], lr=0.02, precision=precision)
     items = _free_items(host)
     before = learner.update(items).loss
@@ -138,3 +170,18 @@ def test_shared_heads_generate_what_the_plain_batch_does(case: str, temperature:
     assert shared[0] == plain[0]
     for a, b in zip(shared[1], plain[1], strict=True):
         assert a == pytest.approx(b, abs=1e-5)
+
+
+def test_bf16_base_generates_with_log_probs_close_to_fp32() -> None:
+    """Free generation over a bf16 base (the rollout path of a bf16 role): the sampled
+    tokens' log-probs are those fp32 gives the same tokens, within bf16 numerics."""
+    prompts = _prompts()
+    fp32, bf16 = _host(), _host(dtype=torch.bfloat16)
+    with bf16.use("red"), autocast("bf16", "cpu"):
+        tokens, logps = bf16.generate(prompts, 8, 1.0, 1.0, seed=5)[:2]
+    with torch.no_grad(), fp32.use("red"):
+        exact = fp32.sequence_logprobs(prompts, tokens)
+    diffs = [abs(a - b) for got, ref in zip(logps, exact, strict=True)
+             for a, b in zip(got, ref.tolist(), strict=True)]
+    assert len(diffs) == sum(len(t) for t in tokens) > 0
+    assert 0 < sum(diffs) / len(diffs) < 0.05

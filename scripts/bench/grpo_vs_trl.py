@@ -1,7 +1,8 @@
 """Benchmark one single-agent GRPO step of marl-teams against TRL's ``GRPOTrainer``.
 
 Both sides train the same model (SmolLM2-135M-Instruct, float32 weights, CPU; ``--precision bf16``
-computes both under bf16 autocast, TRL through ``bf16=True``) with a fresh LoRA adapter
+loads both with the frozen base in bf16 and computes under bf16 autocast, TRL through
+``bf16=True``; the LoRA weights and AdamW state stay fp32 on both sides) with a fresh LoRA adapter
 (r = 8, alpha = 16, no dropout, on q_proj and v_proj) on the same P arithmetic questions, G
 sampled completions per question (temperature 1, top-p 1, no top-k, at most 32 new tokens),
 the same reward (1 if the completion contains the right number, else 0), group-normalised
@@ -13,7 +14,7 @@ TRL: ``num_iterations=1``, ``gradient_accumulation_steps=1`` (so it skips its "o
 forward and uses the current log-probs, detached), ``per_device_train_batch_size = P * G``,
 ``num_generations = G``, ``loss_type="dapo"`` (its default: the same token-level averaging as
 ``marl.loss.grpo_loss``), ``scale_rewards="group"``, no vLLM, ``use_cpu``,
-fp32 (``bf16=False``; ``bf16=True`` with ``--precision bf16``),
+fp32 (``bf16=False``; ``bf16=True`` and the base loaded in bf16 with ``--precision bf16``),
 ``gradient_checkpointing=False`` (TRL's default is True; ours does not checkpoint),
 ``report_to=[]``.  Ours: ``ModelHost`` + one adapter, one batched ``host.generate`` over the
 P x G prompts, the reward, ``marl.advantages.global_advantages`` (groups = question index),
@@ -142,7 +143,8 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
-                    help="both sides: bf16 autocast, weights and AdamW state fp32 (TRL bf16=True)")
+                    help="both sides: bf16 base, bf16 autocast, LoRA weights and AdamW state "
+                         "fp32 (TRL bf16=True)")
     ap.add_argument("--profile", type=Path, default=None,
                     help="write a cProfile of our untimed warm-up step(s) to this file")
     args = ap.parse_args()
@@ -164,7 +166,7 @@ def main() -> None:
     import agents.hf
     from agents.hf import ModelHost
     from agents.models import load_model, model_cache_dir
-    from agents.precision import autocast
+    from agents.precision import autocast, weights_dtype
     from marl.advantages import Samples, global_advantages
     from marl.learner import Learner, TrainItem
 
@@ -177,7 +179,8 @@ def main() -> None:
     tm = Timings()
 
     # ----- ours
-    model, tok = load_model(MODEL)
+    base_dtype = weights_dtype([args.precision])  # as a roster of this precision stores it
+    model, tok = load_model(MODEL, dtype=base_dtype)
     host = ModelHost(model, tok)
     host.add_adapter(ADAPTER, r=8, alpha=16, dropout=0.0, targets=("q_proj", "v_proj"),
                      seed=args.seed)
@@ -245,13 +248,16 @@ def main() -> None:
         max_grad_norm=1.0, optim="adamw_torch", max_steps=whole_end + args.update_steps,
         logging_steps=10**6, save_strategy="no", disable_tqdm=True, log_completions=False,
         use_vllm=False, seed=args.seed, dataloader_num_workers=0,
-        model_init_kwargs={"dtype": torch.float32})
+        model_init_kwargs={"dtype": base_dtype})
     lora = peft.LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0,
                            target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
     trainer = GRPOTrainer(model=str(model_cache_dir(MODEL)), reward_funcs=trl_reward,
                           args=config, train_dataset=dataset, peft_config=lora)
-    if next(trainer.model.parameters()).dtype != torch.float32:
-        sys.exit("TRL did not load the model in float32; not comparable")
+    for side, m in (("ours", host.model), ("TRL", trainer.model)):
+        dtypes = {(("lora_" in n), p.dtype) for n, p in m.named_parameters()}
+        if dtypes != {(False, base_dtype), (True, torch.float32)}:
+            sys.exit(f"{side}: base and LoRA dtypes {sorted(map(str, dtypes))}, expected a "
+                     f"{base_dtype} base and fp32 LoRA; not comparable")
 
     original = trainer._generate_and_score_completions
     batches: dict[str, dict] = {}
