@@ -157,8 +157,9 @@ class TrainConfig(StrictModel):
         "fp32", description="Compute precision of the learner's forward and backward passes: "
                             "fp32, or bf16/fp16 autocast (the frozen base is stored in bf16 "
                             "when the roles' decoding.precision is bf16 too); LoRA weights and "
-                            "AdamW state stay fp32 (DeepSpeed on a GPU: its bf16/fp16 mode with fp32 master "
-                            "weights). fp16 needs a GPU learner (ray.gpus_per_learner > 0).")
+                            "AdamW state stay fp32 (DeepSpeed on a GPU: its bf16/fp16 mode "
+                            "with fp32 master weights). fp16 needs a GPU learner "
+                            "(ray.gpus_per_learner > 0).")
     seed: Int = 0
     concurrency: Int = Field(64, ge=1, le=65536, description="Games played at once per worker.")
     checkpoint_every: Int = Field(5, ge=1, le=MAX_STEPS)
