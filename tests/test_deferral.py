@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from agents.policy import Request, Response
 from configs import ConfigError, load_config_text
 from games.tasks import make_task
 from marl.trainer import Trainer, TrainingError
+from orchestrator.credit import Accuracy
 from orchestrator.team import EXPERT_NODE, Team
 
 #: The tiny random model speaks bytes and cannot spell DEFER; about half of its first bytes are
@@ -93,8 +95,7 @@ class Scripted:
     def __init__(self, text: str) -> None:
         self.text = text
 
-    def act(self, requests):  # noqa: ANN001, ANN201 - a test double
-        from agents.policy import Response
+    def act(self, requests: list[Request]) -> list[Response]:
         return [Response(text=self.text) for _ in requests]
 
 
@@ -160,3 +161,11 @@ def test_deferral_costing_more_than_a_right_answer_is_unlearned(seed: int,
     rates = deferral_rates(1.5, tmp_path / "run", seed)
     assert 0.3 <= rates[0] <= 0.7
     assert sum(rates[-2:]) / 2 <= 0.2, rates
+
+
+def test_the_evaluation_reports_the_deferral_rate() -> None:
+    tasks = [make_task("plan_execute", s) for s in range(4)]
+    deferred = scripted_team("DEFER").run_batch(tasks)
+    answered = scripted_team("PLAN: 1 + 1").run_batch(tasks)
+    acc = Accuracy.of(deferred[:1] + answered[1:])
+    assert acc.deferral_rate == 0.25 and acc.accuracy == 0.25  # the oracle was right
