@@ -48,17 +48,15 @@ class GraphStrategy(Protocol):
 
 
 def team_metrics(episodes: list[Episode]) -> dict[str, Any]:
-    """Score, messages and tokens per task of team episodes ({} for game episodes), and the
-    reward and deferral rate (the share of tasks handed to an expert) when a role defers."""
+    """Score, reward (the score less deferral costs), messages and tokens per task of team
+    episodes ({} for game episodes)."""
     team = [ep for ep in episodes if isinstance(ep, TeamEpisode)]
     if not team:
         return {}
-    out = {"score": float(np.mean([ep.score for ep in team])),
-           "messages_per_task": float(np.mean([ep.messages for ep in team])),
-           "tokens_per_task": float(np.mean([ep.tokens for ep in team]))}
-    if any(ep.reward != ep.score or ep.deferrals for ep in team):
-        out["reward"] = float(np.mean([ep.reward for ep in team]))
-    return out
+    return {"score": float(np.mean([ep.score for ep in team])),
+            "reward": float(np.mean([ep.reward for ep in team])),
+            "messages_per_task": float(np.mean([ep.messages for ep in team])),
+            "tokens_per_task": float(np.mean([ep.tokens for ep in team]))}
 
 
 def deferral_rate(episodes: list[Episode]) -> float:

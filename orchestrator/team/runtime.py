@@ -304,7 +304,7 @@ class Team:
             received = [Heard(p[0], p[1], run.said[p].text) for p in run.plan.preds[node]]
             requests.append(self.request(run.plan, node, run.view.question,
                                          run.views.get(node[0]), received))
-        handed: dict[int, tuple[_TaskRun, Request, str]] = {}
+        handed: dict[int, tuple[_TaskRun, Node, Request]] = {}
         for (run, node), request, resp in zip(items, requests, self.act(policy, requests),
                                               strict=True):
             agent = self.agents[node[0]]
@@ -321,26 +321,27 @@ class Team:
             if defer is not None and defer[0].token in resp.text:
                 run.deferrals += 1
                 run.deferral_cost += defer[0].cost
-                handed.setdefault(run.index, (run, request, agent.role))
+                handed.setdefault(run.index, (run, node, request))
         self._hand_over(list(handed.values()), on_turn)
 
-    def _hand_over(self, handed: list[tuple[_TaskRun, Request, str]],
+    def _hand_over(self, handed: list[tuple[_TaskRun, Node, Request]],
                    on_turn: Callable[[int, NodeMessage], None] | None) -> None:
-        """The experts answer the deferred tasks (one batch per expert), from the request of
-        the first node that deferred each."""
-        groups: dict[int, tuple[Expert, list[tuple[_TaskRun, Request]]]] = {}
-        for run, request, role in handed:
-            expert = self.defer[role][1]
-            groups.setdefault(id(expert), (expert, []))[1].append((run, request))
+        """The experts answer the deferred tasks (one batch per expert), each from the request
+        of the first node that deferred it."""
+        groups: dict[int, tuple[Expert, list[tuple[_TaskRun, Node, Request]]]] = {}
+        for item in handed:
+            expert = self.defer[self.agents[item[1][0]].role][1]
+            groups.setdefault(id(expert), (expert, []))[1].append(item)
         for expert, items in groups.values():
             with self._lock:
-                responses = expert.answer([r for _, r in items],
-                                          [run.view.task for run, _ in items])
-            for (run, _request), resp in zip(items, responses, strict=True):
+                responses = expert.answer([r for _, _, r in items],
+                                          [run.view.task for run, _, _ in items])
+            for (run, node, _request), resp in zip(items, responses, strict=True):
                 prompt_tokens, completion_tokens = resp.token_counts()
-                run.expert = NodeMessage(agent=EXPERT_NODE, role=EXPERT_NODE,
-                                         round=max(n[1] for n in run.said), text=resp.text,
-                                         reads=[], prompt_tokens=prompt_tokens,
+                run.expert = NodeMessage(agent=EXPERT_NODE, role=EXPERT_NODE, round=node[1],
+                                         text=resp.text,
+                                         reads=[node_name(p) for p in run.plan.preds[node]],
+                                         prompt_tokens=prompt_tokens,
                                          completion_tokens=completion_tokens, response=resp)
                 if on_turn is not None:
                     on_turn(run.index, run.expert)
