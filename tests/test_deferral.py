@@ -47,7 +47,7 @@ train:
   reward: team
   agent_key: role
   group_size: 8
-  groups_per_step: 4
+  groups_per_step: 8
   lr: {lr}
   checkpoint_every: 1000
   ray: {{enabled: false}}
