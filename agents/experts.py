@@ -49,8 +49,9 @@ class PolicyExpert:
 def _openai(cfg: DeferConfig, seed: int) -> Expert:
     ep = cfg.endpoint
     assert ep is not None and cfg.model is not None  # the schema requires them
+    # greedy: an expert gives its best answer, not a sample
     return PolicyExpert(make_policy("openai", base_url=ep.base_url, model=cfg.model,
-                                    api_key_env=ep.api_key_env, seed=seed))
+                                    api_key_env=ep.api_key_env, temperature=0.0, seed=seed))
 
 
 EXPERTS: dict[str, Callable[[DeferConfig, int], Expert]] = {

@@ -14,11 +14,12 @@ import pytest
 import torch
 
 from agents.openai_backend import EndpointError
+from agents.policy import Request, Response
 from configs import load_config_text
 from games.tasks import register_task
 from marl.trainer import Trainer
 from orchestrator.serve import TeamServer, make_server
-from orchestrator.team import Team
+from orchestrator.team import Team, TeamError
 
 
 @dataclass(frozen=True)
@@ -136,3 +137,30 @@ def test_a_dead_endpoint_is_a_clear_error(tmp_path: Path) -> None:
     tr = Trainer(load_config_text(mixed_yaml(url)), tmp_path / "run")
     with pytest.raises(EndpointError, match=f"{url}/chat/completions failed after 3 tries"):
         tr.train_step()
+
+
+class Saying:
+    """A policy answering every request with one text."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def act(self, requests: list[Request]) -> list[Response]:
+        return [Response(text=self.text) for _ in requests]
+
+
+def test_a_hosted_expert_answers_a_deferred_task(server: TeamServer) -> None:
+    cfg = load_config_text(mixed_yaml(server.url).replace(
+        "  - name: advisor",
+        "    defer: {expert: openai, cost: 0.2, model: hosted-tiny, endpoint: "
+        f"{{base_url: \"{server.url}\"}}}}\n  - name: advisor", 1))
+    team = Team.from_config(cfg, policies={"planner": Saying("DEFER"),
+                                           "advisor": Saying("-"), "executor": Saying("-")})
+    res = team.run(ParityTask(0))
+    assert res.expert is not None and res.answer == res.expert.text
+    assert res.expert.prompt_tokens > 0 and res.expert.completion_tokens > 0
+    assert res.tokens == res.expert.prompt_tokens + res.expert.completion_tokens  # + 0 scripted
+    assert res.reward == pytest.approx(res.score - 0.2)
+    with pytest.raises(TeamError, match="experts for advisor"):
+        Team.from_config(cfg, policies={"planner": Saying("DEFER")},
+                         experts={"advisor": team.defer["planner"][1]})

@@ -164,10 +164,14 @@ class Team:
         self.hosts = dict(hosts or {})
         self.prompt = prompt
         self.decision = cfg.topology.decision
+        experts = dict(experts or {})
         #: role -> (its defer settings, its expert), for the roles that may defer
         self.defer: dict[str, tuple[DeferConfig, Expert]] = {
-            r.name: (r.defer, (experts or {}).get(r.name) or make_expert(r.defer))
+            r.name: (r.defer, experts.pop(r.name, None) or make_expert(r.defer))
             for r in cfg.roles if r.defer is not None}
+        if experts:
+            raise TeamError(f"experts for {', '.join(experts)}, which defer to none; the roles "
+                            f"with a defer section: {', '.join(self.defer) or 'none'}")
         self._plans: OrderedDict[int, Plan] = OrderedDict()
         self._lock = threading.RLock()
 
