@@ -40,6 +40,14 @@ def _server_message(r: httpx.Response) -> str:
     return str(message or r.text.strip()[:200] or r.reason_phrase)
 
 
+def _usage(usage: object) -> tuple[int, int] | None:
+    """``(prompt_tokens, completion_tokens)`` of an answer's ``usage``, when it has them."""
+    try:
+        return int(usage["prompt_tokens"]), int(usage["completion_tokens"])  # type: ignore
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 class OpenAIPolicy:
     def __init__(self, base_url: str, model: str, api_key_env: str | None = None,
                  temperature: float = 1.0, max_new_tokens: int = 64, timeout: float = 60.0,
@@ -62,6 +70,11 @@ class OpenAIPolicy:
 
     def chat(self, messages: list[dict]) -> str:
         """One completion's text, after up to ``tries`` attempts; else :class:`EndpointError`."""
+        return self.complete(messages).text
+
+    def complete(self, messages: list[dict]) -> Response:
+        """One completion with the token counts the server reports (``usage``): a hosted
+        turn costs its tokens like a local one, though no token ids come back."""
         body = {"model": self.model, "messages": messages,
                 "temperature": self.temperature, "max_tokens": self.max_new_tokens}
         if self.seed is not None:
@@ -78,11 +91,14 @@ class OpenAIPolicy:
                 continue
             if r.is_success:
                 try:
-                    return r.json()["choices"][0]["message"]["content"] or ""
+                    answer = r.json()
+                    text = answer["choices"][0]["message"]["content"] or ""
                 except (KeyError, IndexError, ValueError, TypeError) as exc:
                     self.errors += 1
                     raise EndpointError(f"{where} answered without choices[0].message.content "
                                         f"({type(exc).__name__}: {exc})") from None
+                return Response(text=text, temperature=self.temperature,
+                                usage=_usage(answer.get("usage")))
             self.errors += 1
             cause = f"HTTP {r.status_code}: {_server_message(r)}"
             if not _retryable(r.status_code):
@@ -90,7 +106,7 @@ class OpenAIPolicy:
         raise EndpointError(f"{where} failed after {self.tries} tries ({cause})")
 
     def _one(self, request: Request) -> Response:
-        return Response(text=self.chat(request.messages), temperature=self.temperature)
+        return self.complete(request.messages)
 
     def act(self, requests: list[Request]) -> list[Response]:
         return list(self.pool.map(self._one, requests))

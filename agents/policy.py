@@ -66,6 +66,14 @@ class Response:
     choice_prompt_ids: list[int] | None = None  # think decoding
     truncated_prompt: bool = False
     temperature: float = 1.0  # what the policy sampled at; 0: greedy
+    usage: tuple[int, int] | None = None  # (prompt, completion) tokens a server reported
+
+    def token_counts(self) -> tuple[int, int]:
+        """Prompt and completion tokens: the ids' lengths, or a server's ``usage`` when it
+        sent no ids (a hosted model)."""
+        if self.usage is not None and not (self.prompt_ids or self.completion_ids):
+            return self.usage
+        return len(self.prompt_ids), len(self.completion_ids)
 
 
 @runtime_checkable

@@ -42,7 +42,8 @@ def _numbered(texts: list[str]) -> bool:
 class HumanPolicy:
     """Asks a person for each move: shows the position and the legal moves, takes a move's
     number or any text the game parses, and asks again until the move is legal (a typo does
-    not forfeit the game)."""
+    not forfeit the game).  A request without moves (a free-text team task) takes any
+    answer."""
 
     def __init__(self, ask: Callable[[str], str] | None = None,
                  console: Console | None = None) -> None:
@@ -60,12 +61,21 @@ class HumanPolicy:
         for r in requests:
             self.console.rule(f"your turn ({r.agent})")
             self.console.print(r.messages[-1]["content"], markup=False)
+            if not r.action_texts:  # a free-text request (a team task): any answer goes
+                out.append(Response(text=self._answer()))
+                continue
             numbered = _numbered(r.action_texts)
             moves = (f"{i}: {t}" for i, t in enumerate(r.action_texts, 1)) if numbered \
                 else iter(r.action_texts)
             self.console.print("your moves  " + "  ".join(moves), markup=False)
             out.append(self._move(r, numbered))
         return out
+
+    def _answer(self) -> str:
+        text = self.ask("your answer (quit to stop)").strip()
+        if text.lower() in ("quit", "exit"):
+            raise HumanQuit
+        return text
 
     def _move(self, r: Request, numbered: bool) -> Response:
         while True:

@@ -141,6 +141,34 @@ class EndpointConfig(StrictModel):
                                                 "the API key (never the key itself).")
 
 
+class DeferConfig(StrictModel):
+    """Let a role hand a task to a frozen expert instead of answering, at a cost to the team
+    reward (docs/algorithms.md#deferring-to-an-expert).  The expert sits outside the team and
+    its topology: it is asked only when the role's answer contains ``token``."""
+
+    expert: Literal["oracle", "human", "openai"] = Field(
+        description="Who answers a deferred task: oracle (the task's reference answer, a "
+                    "simulated expert), human (a person at the terminal) or openai (a hosted "
+                    "model at `endpoint`).")
+    cost: Float = Field(ge=0.0, le=100.0, description="Subtracted from the team reward for "
+                                                      "each deferral.")
+    token: str = Field("DEFER", pattern=r"^\S{1,32}$",
+                       description="A role's answer that contains this text defers the task.")
+    model: str | None = Field(None, min_length=1,
+                              description="openai only: the served model name.")
+    endpoint: EndpointConfig | None = Field(None, description="openai only: its server.")
+
+    @model_validator(mode="after")
+    def _expert_fields(self) -> DeferConfig:
+        hosted = self.expert == "openai"
+        problems: list[PathProblem] = [
+            ((name,), "required when expert is 'openai'" if hosted
+             else f"only allowed when expert is 'openai' (expert is {self.expert!r})")
+            for name in ("model", "endpoint") if (getattr(self, name) is None) == hosted]
+        raise_problems(problems)
+        return self
+
+
 Backend = Literal["hf", "vllm", "openai", "scripted", "human"]
 _WEIGHTLESS_BACKENDS = ("openai", "scripted", "human")
 #: The backends that decode a model here, so their decoding settings can be overridden.
@@ -171,6 +199,9 @@ class RoleConfig(StrictModel):
     decoding: DecodingConfig = Field(default_factory=DecodingConfig)
     endpoint: EndpointConfig | None = Field(
         None, description="Server of the openai backend; required for it, else forbidden.")
+    defer: DeferConfig | None = Field(
+        None, description="Allow this role to defer a task to an expert at a cost; it needs "
+                          "backend hf or vllm (a trained decision).")
 
     def instance_names(self) -> list[str]:
         """Agent names of this role: ``role`` if count == 1 else ``role_0 .. role_{n-1}``."""
@@ -202,6 +233,9 @@ class RoleConfig(StrictModel):
         if self.backend == "vllm" and self.decoding.mode == "think":
             problems.append((("decoding", "mode"), "think decoding runs on backend 'hf' only; "
                                                    "use backend 'hf' or mode 'choice'"))
+        if self.defer is not None and self.backend not in LOCAL_BACKENDS:
+            problems.append((("defer",), f"backend {self.backend!r} cannot learn when to "
+                                         "defer; use backend hf or vllm"))
         if self.adapter is not None and self.backend in _WEIGHTLESS_BACKENDS:
             problems.append((("adapter",), f"backend {self.backend!r} has no local weights to "
                                            "train; remove the adapter or use backend 'hf'"))

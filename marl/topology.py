@@ -48,13 +48,21 @@ class GraphStrategy(Protocol):
 
 
 def team_metrics(episodes: list[Episode]) -> dict[str, Any]:
-    """Score, messages and tokens per task of team episodes ({} for game episodes)."""
+    """Score, reward (the score less deferral costs), messages and tokens per task of team
+    episodes ({} for game episodes)."""
     team = [ep for ep in episodes if isinstance(ep, TeamEpisode)]
     if not team:
         return {}
     return {"score": float(np.mean([ep.score for ep in team])),
+            "reward": float(np.mean([ep.reward for ep in team])),
             "messages_per_task": float(np.mean([ep.messages for ep in team])),
             "tokens_per_task": float(np.mean([ep.tokens for ep in team]))}
+
+
+def deferral_rate(episodes: list[Episode]) -> float:
+    """The share of team tasks a role deferred to an expert."""
+    team = [ep for ep in episodes if isinstance(ep, TeamEpisode)]
+    return float(np.mean([ep.deferrals > 0 for ep in team])) if team else 0.0
 
 
 def edge_label(edge: Edge) -> str:
@@ -99,8 +107,8 @@ class LearnedGraph:
         team = [ep for ep in episodes if isinstance(ep, TeamEpisode)]
         masks = torch.tensor([ep.edge_mask for ep in team], dtype=torch.bool)
         cost = torch.tensor([float(getattr(ep, self.lt.config.cost)) for ep in team])
-        score = torch.tensor([ep.score for ep in team])
-        utility = self.lt.utility(score, cost)
+        reward = torch.tensor([ep.reward for ep in team])  # the score less deferral costs
+        utility = self.lt.utility(reward, cost)
         groups = torch.tensor([group_of[ep.index] for ep in team])
         stats = self.lt.update_batch(masks, utility, groups)
         return {**team_metrics(team), "utility": stats["utility"], "loss": stats["loss"],

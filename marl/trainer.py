@@ -50,7 +50,7 @@ from marl.learner import TrainItem
 from marl.loggers import open_loggers, unavailable
 from marl.magnet import Magnet
 from marl.runtime import LocalRuntime, RayRuntime, Runtime, trainable_hosts
-from marl.topology import graph_strategy
+from marl.topology import deferral_rate, graph_strategy
 from marl.workers import EpisodeSpec
 from orchestrator.participants import ParticipantId
 from orchestrator.team import TeamError, assign_views
@@ -101,6 +101,10 @@ def check_compatible(cfg: TeamConfig) -> None:
     if tc is None:
         raise TrainingError("the config has no `train` section")
     learns_graph = cfg.rollout_kind() == "team" and cfg.topology.learnable
+    deferring = [r.name for r in cfg.roles if r.defer is not None]
+    if deferring and cfg.rollout_kind() != "team":
+        raise TrainingError(f"role {deferring[0]!r} defers to an expert, which only a team task "
+                            "can do: set train.rollout team")
     if cfg.rollout_kind() == "team":
         seats = _check_team_task(cfg)
     else:
@@ -159,6 +163,7 @@ class Trainer:
         self.league = League(self.tc.league, bot_names(cfg.game.name))
         self.trainable_roles = ({r for roles in trainable_hosts(cfg).values() for r in roles}
                                 if self.tc.policies == "train" else set())
+        self.defers = any(r.defer is not None for r in cfg.roles)
         self.exact_eval = self.tc.eval_every > 0 and hasattr(env, "root_state")
         self.graph = graph_strategy(cfg, team_rollout, self.tc.seed)
         self.step = 0
@@ -322,6 +327,8 @@ class Trainer:
         m["format_penalties"] = sum(t.format_reward != 0 for t in turns)
         m["tokens_per_s"] = gen_tokens / max(seconds["rollout"], 1e-9)
         m["decisions"] = len(turns)
+        if self.defers:
+            m["deferral_rate"] = deferral_rate(episodes)
         m["learner"] = {k: {"loss": s.loss, "grad_norm": s.grad_norm, "kl": s.kl,
                             "entropy": s.entropy, "clip_frac": s.clip_frac,
                             "agent_grad_norms": s.agent_grad_norms, "skipped": s.skipped,

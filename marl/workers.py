@@ -51,18 +51,22 @@ class EpisodeSpec:
 
 @dataclass
 class TeamEpisode(Episode):
-    """A team task answered in free text: its score and what the graph it ran on cost."""
+    """A team task answered in free text: its score, its reward (the score less the cost of
+    deferring to an expert), its deferrals and what the graph it ran on cost."""
 
     score: float = 0.0
     messages: int = 0
     tokens: int = 0
     edge_mask: tuple[bool, ...] | None = None
+    reward: float = 0.0
+    deferrals: int = 0
 
 
 class TeamPlayer:
     """Plays episode specs as team tasks: spec ``i`` is the task of ``game.name`` with the
     spec's seed, answered by the team along the spec's sampled graph (else the configured
-    one).  Every turn is a decision to learn from; every agent's return is the task score."""
+    one).  Every turn is a decision to learn from (a defer token too); every agent's return
+    is the team reward: the task score, less ``defer.cost`` per deferral."""
 
     def __init__(self, cfg: TeamConfig, roster: Roster) -> None:
         self.game = cfg.game
@@ -80,7 +84,7 @@ class TeamPlayer:
         return [self.episode(s, r) for s, r in zip(specs, results, strict=True)]
 
     def episode(self, spec: EpisodeSpec, result: TeamResult) -> TeamEpisode:
-        score = float(result.score or 0.0)
+        score, reward = float(result.score or 0.0), result.reward
         turns = []
         for t in result.transcript:
             r = t.response or Response(t.text)  # no ids: nothing to learn from this turn
@@ -89,13 +93,14 @@ class TeamPlayer:
                               prompt_ids=list(r.prompt_ids),
                               completion_ids=list(r.completion_ids),
                               logprobs=list(r.logprobs), temperature=r.temperature))
-        last = {t.agent: t for t in turns}  # the score arrives after each agent's last turn
+        last = {t.agent: t for t in turns}  # the reward arrives after each agent's last turn
         for t in last.values():
-            t.reward = score
+            t.reward = reward
         agents = list(self.team.agents)
         return TeamEpisode(spec.index, self.game.name, spec.seed, {a: a for a in agents}, turns,
-                           {a: score for a in agents}, score=score, messages=result.messages,
-                           tokens=result.tokens, edge_mask=spec.edge_mask)
+                           {a: reward for a in agents}, score=score, messages=result.messages,
+                           tokens=result.tokens, edge_mask=spec.edge_mask, reward=reward,
+                           deferrals=result.deferrals)
 
 
 class RolloutWorker:

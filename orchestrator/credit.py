@@ -13,8 +13,9 @@ ablations (:func:`ablations`):
 
 Every variant is a :class:`~orchestrator.team.Team` built by ``Team.from_config`` with the
 checkpoint's adapters, one at a time so only one copy of the base model is in memory.
-Accuracy comes with a 95% Wilson interval; :meth:`CreditReport.write` writes a CSV, a JSON
-and a bar plot with the intervals as error bars.
+Accuracy comes with a 95% Wilson interval and, for a team whose roles may defer, the share
+of tasks handed to an expert; :meth:`CreditReport.write` writes a CSV, a JSON and a bar plot
+with the intervals as error bars.
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ def wilson(k: float, n: int, z: float = 1.96) -> tuple[float, float]:
 
 @dataclass(frozen=True)
 class Accuracy:
-    """A team's results on scored tasks: accuracy, its interval, and what the answers cost."""
+    """A team's results on scored tasks: accuracy (an expert's answer counts for a deferred
+    task), its interval, what the answers cost, and the share of tasks deferred."""
 
     n: int
     accuracy: float
@@ -60,6 +62,7 @@ class Accuracy:
     ci_high: float
     messages_per_task: float
     tokens_per_task: float
+    deferral_rate: float = 0.0
 
     @classmethod
     def of(cls, results: Sequence[TeamResult]) -> Accuracy:
@@ -68,7 +71,8 @@ class Accuracy:
         lo, hi = wilson(correct, n)
         return cls(n, correct / n if n else 0.0, lo, hi,
                    sum(r.messages for r in results) / max(n, 1),
-                   sum(r.tokens for r in results) / max(n, 1))
+                   sum(r.tokens for r in results) / max(n, 1),
+                   sum(r.deferrals > 0 for r in results) / max(n, 1))
 
 
 def held_out_kwargs(task: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:

@@ -12,11 +12,11 @@ from orchestrator.team.errors import TeamError
 from orchestrator.team.langgraph import graph_node_id, message_text
 from orchestrator.team.plan import Plan, answer_key, majority
 from orchestrator.team.prompts import Heard, NodeContext, PromptFn, default_prompt
-from orchestrator.team.runtime import NodeMessage, Team, TeamResult
+from orchestrator.team.runtime import EXPERT_NODE, NodeMessage, Team, TeamResult
 from orchestrator.team.views import TaskView, assign_views
 
 __all__ = [
-    "Heard", "NodeContext", "NodeMessage", "Plan", "PromptFn",
+    "EXPERT_NODE", "Heard", "NodeContext", "NodeMessage", "Plan", "PromptFn",
     "TaskView", "Team", "TeamError", "TeamResult", "answer_key", "assign_views",
     "default_prompt", "graph_node_id", "majority", "message_text",
 ]

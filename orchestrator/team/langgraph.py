@@ -30,6 +30,10 @@ def compile_team(team: Team, checkpointer: Any = None, *, topology: Topology | N
     """The team's plan of ``topology`` (default: the team's) as a compiled graph."""
     from langgraph.graph import END, START, MessagesState, StateGraph
 
+    if team.defer:  # a hand-over ends the task mid-plan, which a static graph cannot
+        raise TeamError(f"roles {', '.join(team.defer)} may defer to an expert, which "
+                        "Team.run and run_batch do; the LangGraph form has no hand-over")
+
     plan = team.plan(topology)
     builder = StateGraph(MessagesState)
     for node in plan.order:

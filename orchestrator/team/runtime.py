@@ -8,6 +8,10 @@ generation by generation: all nodes of one generation that share a policy go out
 batch too).  The team's answer comes from the plan's decision: the topology's final node (an
 aggregator or judge), or, with ``topology.decision: vote``, a majority vote over every agent's
 last-round answer.
+
+A role with ``defer`` may hand the task to its expert instead: when its answer contains the
+defer token, the expert answers from that role's request, the task stops there, and the
+expert's answer is the team's (its reward: the score less ``cost`` per deferral).
 """
 
 from __future__ import annotations
@@ -21,9 +25,11 @@ from typing import TYPE_CHECKING, Any
 
 from agents.agent import Agent
 from agents.builder import RosterError, adapter_dir, build_roster
+from agents.experts import Expert, make_expert
 from agents.hf import ModelHost
 from agents.policy import Policy, Request, Response
 from configs import TeamConfig, load_config
+from configs.schema import DeferConfig
 from games.tasks import Task
 from infra.layout import TEAM_FILE, TOPOLOGY_FILE, checkpoint_folder
 from orchestrator.team.errors import TeamError
@@ -36,6 +42,9 @@ from topologies.graph import Node, node_name
 
 if TYPE_CHECKING:
     from langgraph.graph.state import CompiledStateGraph
+
+#: ``TeamResult.decided_by`` (and the expert message's agent) when an expert answered.
+EXPERT_NODE = "expert"
 
 
 @dataclass
@@ -67,8 +76,10 @@ class TeamResult:
     """A team's answer to one task, how it got there, and what it cost.
 
     ``messages`` counts the edges used (messages read along the unrolled DAG), ``tokens`` the
-    prompt plus completion tokens of every node: the costs a learnable topology trades against
-    ``score`` (``task.score(answer)`` for a :class:`~games.tasks.Task`, else ``None``).
+    prompt plus completion tokens of every node (hosted ones as their server counts them) and
+    of the expert: the costs a learnable topology trades against ``score``
+    (``task.score(answer)`` for a :class:`~games.tasks.Task`, else ``None``).  A deferred task
+    (``deferrals`` > 0) was answered by ``expert``; ``reward`` charges its ``deferral_cost``.
     """
 
     answer: str
@@ -78,10 +89,20 @@ class TeamResult:
     score: float | None = None
     decided_by: str = ""
     votes: dict[str, str] | None = None
+    deferrals: int = 0
+    deferral_cost: float = 0.0
+    expert: NodeMessage | None = None
+
+    @property
+    def reward(self) -> float:
+        """The team reward: the score less what the deferrals cost."""
+        return float(self.score or 0.0) - self.deferral_cost
 
     def to_dict(self) -> dict[str, Any]:
         return {"answer": self.answer, "messages": self.messages, "tokens": self.tokens,
                 "score": self.score, "decided_by": self.decided_by, "votes": self.votes,
+                "deferrals": self.deferrals, "deferral_cost": self.deferral_cost,
+                "expert": None if self.expert is None else self.expert.to_dict(),
                 "transcript": [t.to_dict() for t in self.transcript]}
 
 
@@ -94,6 +115,9 @@ class _TaskRun:
     plan: Plan
     views: dict[str, str]
     said: dict[Node, NodeMessage] = field(default_factory=dict)
+    deferrals: int = 0
+    deferral_cost: float = 0.0
+    expert: NodeMessage | None = None  # set once the task is handed over: no node speaks after
 
 
 def trained_parts(path: str | Path) -> tuple[TeamConfig, dict[str, Path], LearnableTopology | None]:
@@ -127,7 +151,8 @@ class Team:
     def __init__(self, cfg: TeamConfig, agents: Sequence[Agent], topology: Topology, *,
                  learnable: LearnableTopology | None = None,
                  hosts: Mapping[str, ModelHost] | None = None,
-                 prompt: PromptFn = default_prompt) -> None:
+                 prompt: PromptFn = default_prompt,
+                 experts: Mapping[str, Expert] | None = None) -> None:
         self.cfg = cfg
         self.name = cfg.name
         self.agents: dict[str, Agent] = {a.name: a for a in agents}
@@ -139,6 +164,14 @@ class Team:
         self.hosts = dict(hosts or {})
         self.prompt = prompt
         self.decision = cfg.topology.decision
+        experts = dict(experts or {})
+        #: role -> (its defer settings, its expert), for the roles that may defer
+        self.defer: dict[str, tuple[DeferConfig, Expert]] = {
+            r.name: (r.defer, experts.pop(r.name, None) or make_expert(r.defer))
+            for r in cfg.roles if r.defer is not None}
+        if experts:
+            raise TeamError(f"experts for {', '.join(experts)}, which defer to none; the roles "
+                            f"with a defer section: {', '.join(self.defer) or 'none'}")
         self._plans: OrderedDict[int, Plan] = OrderedDict()
         self._lock = threading.RLock()
 
@@ -150,14 +183,16 @@ class Team:
                     hosts: dict[str, ModelHost] | None = None,
                     topology: Topology | None = None,
                     learnable: LearnableTopology | None = None,
-                    prompt: PromptFn = default_prompt) -> Team:
+                    prompt: PromptFn = default_prompt,
+                    experts: Mapping[str, Expert] | None = None) -> Team:
         """Build the roles' policies and the topology.
 
         ``adapters`` maps roles to trained PEFT folders (else adapters start untrained);
         ``policies`` replaces roles' policies (any object with ``act``; no model is loaded for
         them); ``hosts`` shares base models with other teams; ``topology`` overrides the
         configured one; ``learnable`` is a trained learnable topology, whose deployed graph is
-        then used.  Roles run in free decoding: a team answers in text, it has no action list.
+        then used; ``experts`` replaces deferring roles' experts (else built from ``defer``).
+        Roles run in free decoding: a team answers in text, it has no action list.
         """
         try:
             roster = build_roster(cfg, seed, hosts, policies=policies, adapters=adapters,
@@ -172,7 +207,7 @@ class Team:
                 if cfg.topology.learnable:
                     learnable = LearnableTopology.from_team(cfg, final=cfg.topology.final)
         return cls(cfg, roster.agents, topology, learnable=learnable, hosts=roster.hosts,
-                   prompt=prompt)
+                   prompt=prompt, experts=experts)
 
     @classmethod
     def from_yaml(cls, path: str | Path, **kwargs: Any) -> Team:
@@ -256,7 +291,9 @@ class Team:
             for k in range(max(len(r.plan.generations) for r in runs)):
                 groups: dict[int, tuple[Policy, list[tuple[_TaskRun, Node]]]] = {}
                 for run in runs:
-                    for node in run.plan.generations[k] if k < len(run.plan.generations) else ():
+                    if run.expert is not None or k >= len(run.plan.generations):
+                        continue
+                    for node in run.plan.generations[k]:
                         policy = self.agents[node[0]].policy
                         groups.setdefault(id(policy), (policy, []))[1].append((run, node))
                 for policy, items in groups.values():
@@ -271,33 +308,69 @@ class Team:
             received = [Heard(p[0], p[1], run.said[p].text) for p in run.plan.preds[node]]
             requests.append(self.request(run.plan, node, run.view.question,
                                          run.views.get(node[0]), received))
-        for (run, node), resp in zip(items, self.act(policy, requests), strict=True):
+        handed: dict[int, tuple[_TaskRun, Node, Request]] = {}
+        for (run, node), request, resp in zip(items, requests, self.act(policy, requests),
+                                              strict=True):
             agent = self.agents[node[0]]
+            prompt_tokens, completion_tokens = resp.token_counts()
             message = NodeMessage(agent=agent.name, role=agent.role, round=node[1],
                                   text=resp.text,
                                   reads=[node_name(p) for p in run.plan.preds[node]],
-                                  prompt_tokens=len(resp.prompt_ids),
-                                  completion_tokens=len(resp.completion_ids), response=resp)
+                                  prompt_tokens=prompt_tokens,
+                                  completion_tokens=completion_tokens, response=resp)
             run.said[node] = message
             if on_turn is not None:
                 on_turn(run.index, message)
+            defer = self.defer.get(agent.role)
+            if defer is not None and defer[0].token in resp.text:
+                run.deferrals += 1
+                run.deferral_cost += defer[0].cost
+                handed.setdefault(run.index, (run, node, request))
+        self._hand_over(list(handed.values()), on_turn)
+
+    def _hand_over(self, handed: list[tuple[_TaskRun, Node, Request]],
+                   on_turn: Callable[[int, NodeMessage], None] | None) -> None:
+        """The experts answer the deferred tasks (one batch per expert), each from the request
+        of the first node that deferred it."""
+        groups: dict[int, tuple[Expert, list[tuple[_TaskRun, Node, Request]]]] = {}
+        for item in handed:
+            expert = self.defer[self.agents[item[1][0]].role][1]
+            groups.setdefault(id(expert), (expert, []))[1].append(item)
+        for expert, items in groups.values():
+            with self._lock:
+                responses = expert.answer([r for _, _, r in items],
+                                          [run.view.task for run, _, _ in items])
+            for (run, node, _request), resp in zip(items, responses, strict=True):
+                prompt_tokens, completion_tokens = resp.token_counts()
+                run.expert = NodeMessage(agent=EXPERT_NODE, role=EXPERT_NODE, round=node[1],
+                                         text=resp.text,
+                                         reads=[node_name(p) for p in run.plan.preds[node]],
+                                         prompt_tokens=prompt_tokens,
+                                         completion_tokens=completion_tokens, response=resp)
+                if on_turn is not None:
+                    on_turn(run.index, run.expert)
 
     def _result(self, run: _TaskRun) -> TeamResult:
         plan = run.plan
-        transcript = [run.said[n] for n in plan.order]
+        transcript = [run.said[n] for n in plan.order if n in run.said]
         votes = None
-        if plan.final is not None:
-            decider = plan.final
+        if run.expert is not None:
+            answer, decided_by = run.expert.text, EXPERT_NODE
+        elif plan.final is not None:
+            answer, decided_by = run.said[plan.final].text, node_name(plan.final)
         else:
             votes = {a: run.said[(a, r)].text for a, r in plan.voters}
             decider = (majority(votes), plan.topology.rounds - 1)
-        answer = run.said[decider].text
+            answer, decided_by = run.said[decider].text, VOTE_NODE
         task = run.view.task
-        return TeamResult(answer=answer, transcript=transcript, messages=plan.messages,
-                          tokens=sum(t.prompt_tokens + t.completion_tokens for t in transcript),
+        spoken = transcript + ([run.expert] if run.expert is not None else [])
+        # the edges read: all of the plan's unless the task was handed over early
+        messages = sum(len(plan.preds[n]) for n in run.said)
+        return TeamResult(answer=answer, transcript=transcript, messages=messages,
+                          tokens=sum(t.prompt_tokens + t.completion_tokens for t in spoken),
                           score=None if task is None else float(task.score(answer)),
-                          decided_by=VOTE_NODE if votes is not None else node_name(decider),
-                          votes=votes)
+                          decided_by=decided_by, votes=votes, deferrals=run.deferrals,
+                          deferral_cost=run.deferral_cost, expert=run.expert)
 
     # ----- LangGraph
     def to_langgraph(self, checkpointer: Any = None, *, topology: Topology | None = None,
