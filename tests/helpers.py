@@ -1,4 +1,9 @@
-"""Team files for tests: one role on the tiny randomly initialised model (no download)."""
+"""Team files for tests: one role on the tiny randomly initialised model (no download); a
+cooperative test task whose score varies with the sampled text."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 
 def tiny_team(game: str, train: str, count: int = 2, extra: str = "") -> str:
@@ -29,3 +34,30 @@ def tiny_smoke(path: str, steps: int = 2):
     train = cfg.train.replace(steps=steps, group_size=2, groups_per_step=2, max_minutes=None,
                               ray=cfg.train.ray.replace(enabled=False))
     return cfg.replace(roles=roles, train=train)
+
+
+@dataclass(frozen=True)
+class ParityTask:
+    """Scores 1 when the answer's code points sum to an even number: a reward that varies with
+    the sampled text (noisy under sampling), so GRPO and the edge updates get a signal."""
+
+    seed: int
+    difficulty: int = 0
+    game: str = "text_parity"
+    question: str = "Say a few words."
+    private_views: dict[str, str] = field(default_factory=dict)
+    answer: int = 0
+    answerer: str = ""
+
+    def score(self, text: str) -> float:
+        return float(sum(map(ord, text)) % 2 == 0)
+
+
+def register_parity_task(name: str, first: str, answerer: str, view: str = "You start.") -> None:
+    """Register a :class:`ParityTask` as the task ``name``: ``first`` alone reads ``view``."""
+    from games.tasks import register_task
+
+    @register_task(name)
+    def parity_task(seed: int, difficulty: int = 0) -> ParityTask:
+        return ParityTask(seed, difficulty, game=name, private_views={first: view},
+                          answerer=answerer)

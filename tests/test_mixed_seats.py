@@ -7,41 +7,20 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 import torch
+from helpers import ParityTask, register_parity_task
 
 from agents.openai_backend import EndpointError
 from agents.policy import Request, Response
 from configs import load_config_text
-from games.tasks import register_task
 from marl.trainer import Trainer
 from orchestrator.serve import TeamServer, make_server
 from orchestrator.team import Team, TeamError
 
-
-@dataclass(frozen=True)
-class ParityTask:
-    """Scores 1 when the answer's code points sum to an even number: a reward that varies
-    with the sampled text, so the local roles get a GRPO signal."""
-
-    seed: int
-    difficulty: int = 0
-    game: str = "mixed_parity"
-    question: str = "Say a few words."
-    private_views: dict[str, str] = field(default_factory=lambda: {"planner": "You start."})
-    answer: int = 0
-    answerer: str = "executor"
-
-    def score(self, text: str) -> float:
-        return float(sum(map(ord, text)) % 2 == 0)
-
-
-@register_task("mixed_parity")
-def parity_task(seed: int, difficulty: int = 0) -> ParityTask:
-    return ParityTask(seed, difficulty)
+register_parity_task("mixed_parity", first="planner", answerer="executor")
 
 
 SERVED = """\
@@ -156,7 +135,8 @@ def test_a_hosted_expert_answers_a_deferred_task(server: TeamServer) -> None:
         f"{{base_url: \"{server.url}\"}}}}\n  - name: advisor", 1))
     team = Team.from_config(cfg, policies={"planner": Saying("DEFER"),
                                            "advisor": Saying("-"), "executor": Saying("-")})
-    res = team.run(ParityTask(0))
+    res = team.run(ParityTask(0, game="mixed_parity", answerer="executor",
+                              private_views={"planner": "You start."}))
     assert res.expert is not None and res.answer == res.expert.text
     assert res.expert.prompt_tokens > 0 and res.expert.completion_tokens > 0
     assert res.tokens == res.expert.prompt_tokens + res.expert.completion_tokens  # + 0 scripted

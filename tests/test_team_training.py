@@ -8,40 +8,20 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 import torch
+from helpers import register_parity_task
 from typer.testing import CliRunner
 
 from cli import app
 from configs import TeamConfig, load_config, load_config_text
-from games.tasks import register_task
 from marl.topology import LearnedGraph
 from marl.trainer import Trainer, TrainingError
 from orchestrator.team import Team
 
-
-@dataclass(frozen=True)
-class ParityTask:
-    """Scores 1 when the answer's code points sum to an even number: noisy under sampling."""
-
-    seed: int
-    difficulty: int = 0
-    game: str = "text_parity"
-    question: str = "Say a few words."
-    private_views: dict[str, str] = field(default_factory=lambda: {"agent_0": "You go first."})
-    answer: int = 0
-    answerer: str = "agent_0"
-
-    def score(self, text: str) -> float:
-        return float(sum(map(ord, text)) % 2 == 0)
-
-
-@register_task("text_parity")
-def parity_task(seed: int, difficulty: int = 0) -> ParityTask:
-    return ParityTask(seed, difficulty)
+register_parity_task("text_parity", first="agent_0", answerer="agent_0", view="You go first.")
 
 
 def team_yaml(train: str, adapter: str = "adapter: {r: 4, alpha: 8}",

