@@ -220,15 +220,18 @@ def eval_team_cmd(
             fail(str(exc))
     table = Table(title=f"{report.team} on {report.game} ({tasks} held-out tasks, seeds from "
                         f"{seed})")
+    rows = report.table()
+    defers = any(row["deferral_rate"] for row in rows)  # a column only for deferring teams
     for column in ("variant", "accuracy", "95% CI", "vs trained", "edges", "messages/task",
-                   "tokens/task"):
+                   "tokens/task") + (("deferred",) if defers else ()):
         table.add_column(column, justify="left" if column == "variant" else "right",
                          no_wrap=True)
-    for row in report.table():
+    for row in rows:
         table.add_row(row["variant"], f"{row['accuracy']:.3f}",
                       f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}]", f"{row['delta']:+.3f}",
                       str(row["edges"]), f"{row['messages_per_task']:.2f}",
-                      f"{row['tokens_per_task']:.0f}")
+                      f"{row['tokens_per_task']:.0f}",
+                      *((f"{row['deferral_rate']:.2f}",) if defers else ()))
     console.print(table)
     paths = report.write(folder)
     console.print(f"wrote {paths['csv']}, {paths['json']} and {paths['png']}")

@@ -187,3 +187,19 @@ def test_the_expert_message_and_the_langgraph_refusal() -> None:
     assert res.to_dict()["expert"]["text"] == res.answer
     with pytest.raises(TeamError, match="planner may defer"):
         team.to_langgraph()
+
+
+def test_marl_eval_team_shows_the_deferral_rate(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    cfg = load_config_text(team_yaml(train="  steps: 1\n"))
+    Trainer(cfg, tmp_path / "run").fit()
+    r = CliRunner(env={"COLUMNS": "200"}).invoke(
+        app, ["eval", "team", str(tmp_path / "run"), "--tasks", "8", "--temperature", "1.0",
+              "--out", str(tmp_path / "credit")])
+    assert r.exit_code == 0, r.output
+    assert "deferred" in r.output
+    rows = json.loads((tmp_path / "credit" / "credit.json").read_text())
+    assert any(row["deferral_rate"] > 0 for row in rows["rows"])
