@@ -22,6 +22,23 @@ train:
 {train}"""
 
 
+def team_train(checkpoint_every: int = 1) -> str:
+    """The ``train`` section of a two-step tiny team run: the team reward, per role, in this
+    process."""
+    return f"""\
+train:
+  rollout: team
+  reward: team
+  agent_key: role
+  group_size: 2
+  groups_per_step: 2
+  steps: 2
+  lr: 0.05
+  checkpoint_every: {checkpoint_every}
+  ray: {{enabled: false}}
+"""
+
+
 def tiny_smoke(path: str, steps: int = 2):
     """A shipped team file on the tiny model: ``steps`` small steps, in this process."""
     from pathlib import Path

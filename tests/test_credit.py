@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import team_train
 from typer.testing import CliRunner
 
 from cli import app
@@ -37,17 +38,7 @@ roles:
     decoding: {mode: free, temperature: 1.0, max_new_tokens: 4}
 topology: {kind: chain, final: executor}
 game: {name: plan_execute, kwargs: {difficulty: 1}}
-train:
-  rollout: team
-  reward: team
-  agent_key: role
-  group_size: 2
-  groups_per_step: 2
-  steps: 2
-  lr: 0.05
-  checkpoint_every: 1
-  ray: {enabled: false}
-"""
+""" + team_train(checkpoint_every=1)
 
 
 # ----- the task

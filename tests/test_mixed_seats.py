@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import ParityTask, register_parity_task
+from helpers import ParityTask, register_parity_task, team_train
 
 from agents.openai_backend import EndpointError
 from agents.policy import Request, Response
@@ -50,17 +50,7 @@ roles:
   - name: executor
 {local}topology: {{kind: chain, final: executor}}
 game: {{name: mixed_parity}}
-train:
-  rollout: team
-  reward: team
-  agent_key: role
-  group_size: 2
-  groups_per_step: 2
-  steps: 2
-  lr: 0.05
-  checkpoint_every: 1000
-  ray: {{enabled: false}}
-"""
+{team_train(checkpoint_every=1000)}"""
 
 
 @pytest.fixture(scope="module")

@@ -206,15 +206,15 @@ def main() -> None:
                           old_logprobs=lp, advantage=float(a))
                 for p, c, lp, a in zip(prompts, comps, logps, adv, strict=True)]
 
-    engine = None
+    engine, requests = None, []
     if vllm:
         from agents.vllm_backend import VLLMEngine, VLLMPolicy
 
         engine = VLLMPolicy(VLLMEngine(str(model_cache_dir(MODEL)), seed=args.seed,
                                        precision=args.precision),
                             host, ADAPTER, temperature=1.0, max_new_tokens=T, seed=args.seed)
-    requests = [Request(messages=[{"role": "user", "content": q}], legal=[], action_texts=[])
-                for q, _ in qa for _ in range(G)]
+        requests = [Request(messages=[{"role": "user", "content": q}], legal=[],
+                            action_texts=[]) for q, _ in qa for _ in range(G)]
 
     def generate(prompts: list[list[int]]) -> tuple[list[list[int]], list[list[float]]]:
         if engine is not None:
