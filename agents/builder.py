@@ -68,7 +68,8 @@ def host_precisions(cfg: TeamConfig, key: str) -> list[str]:
 @dataclass
 class BuildContext:
     """What role builders share: the team config, the model hosts built so far, a seed, and
-    the trained PEFT folder of the role's adapter (else it starts untrained)."""
+    the trained PEFT folder of the role's adapter (else it starts from ``adapter.init``, or
+    untrained)."""
 
     cfg: TeamConfig
     hosts: dict[str, ModelHost]
@@ -89,11 +90,13 @@ def _host(role: RoleConfig, ctx: BuildContext) -> tuple[ModelHost, str | None]:
     a = role.adapter
     host.add_adapter(role.name, r=a.r, alpha=a.alpha, dropout=a.dropout, targets=a.targets,
                      seed=ctx.seed)
-    if ctx.trained is not None:
+    trained = ctx.trained if ctx.trained is not None else a.init
+    if trained is not None:
         try:
-            host.load_adapter(role.name, ctx.trained)
-        except AdapterMismatch as exc:
-            raise RosterError(f"role {role.name!r}: {exc}") from exc
+            host.load_adapter(role.name, trained)
+        except (AdapterMismatch, FileNotFoundError) as exc:
+            where = "" if ctx.trained is not None else "adapter.init: "
+            raise RosterError(f"role {role.name!r}: {where}{exc}") from exc
     return host, role.name
 
 

@@ -19,6 +19,7 @@ format reward, ``-penalty``, kept apart from the game's rewards.
 from __future__ import annotations
 
 import random
+import statistics
 import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
@@ -69,6 +70,10 @@ class Episode:
     returns: dict[str, float] = field(default_factory=dict)
     illegal_moves: dict[str, int] = field(default_factory=dict)
     forfeits: list[str] = field(default_factory=list)
+
+    def team_return(self) -> float:
+        """What the team as a whole earned (MAGRPO's shared reward): the mean return."""
+        return statistics.fmean(self.returns.values())
 
 
 @dataclass

@@ -97,6 +97,11 @@ class AdapterConfig(StrictModel):
     dropout: Float = Field(0.0, ge=0.0, lt=1.0, description="Dropout on the LoRA input.")
     targets: list[str] = Field(default_factory=lambda: ["q_proj", "v_proj"], min_length=1,
                                description="Names of the linear modules that get an adapter.")
+    init: str | None = Field(
+        None, min_length=1,
+        description="A PEFT adapter folder to start from instead of an untrained adapter (a "
+                    "run's checkpoints/step_N/adapters/ROLE, or an export's adapter): training "
+                    "warm-starts from it.  Its rank, alpha and targets must be these.")
 
 
 class DecodingConfig(StrictModel):

@@ -124,7 +124,9 @@ class TrainConfig(StrictModel):
                     "directions of each (public state, agent) to remove: 1 trains only what "
                     "depends on the private cards, against card-blind drift in poker.")
     reward: Literal["individual", "team"] = Field(
-        "individual", description="team: every agent gets the team's mean reward (MAGRPO).")
+        "individual", description="individual: each agent its own return (on a team task "
+                                  "that scores roles, its role's score); team: every agent "
+                                  "gets the team's reward (MAGRPO).")
     reward_scales: dict[str, Annotated[Float, Field(ge=-1e6, le=1e6)]] = Field(
         default_factory=dict, description="Per-seat reward multipliers (e.g. {agent_1: 10}): "
                                           "agents with different reward scales, as in Dr. MAS.")

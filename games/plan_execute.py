@@ -14,18 +14,23 @@ Instances are split in two disjoint sets by a hash of their content (template an
 ``split="train"`` only draws training instances, ``split="eval"`` only held-out ones, whatever
 the seed, so an evaluation never scores a problem the team was trained on.  A free-text team
 runtime scores the executor's message with ``score`` (its last ``\\boxed{}`` or last integer).
+
+Each role also has a score of its own (``role_scores``), for training with per-role rewards:
+the planner's is whether its plan computes the answer, the executor's whether it computed the
+plan it received (the answer itself when no plan could be read from the planner).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from games.split_arithmetic import evaluate
-from games.tasks import register_task, score_integer
+from games.tasks import final_integer, register_task, score_integer
 
 AGENTS = ("planner", "executor")
 SPLITS = ("train", "eval")
@@ -73,6 +78,23 @@ TEMPLATES: tuple[tuple[Template, ...], ...] = (
      Template("{name} has {a} {item}s, and {b} friends each give {name} {c} more. How many "
               "{item}s does {name} have now?", ("+", "*"))),
 )
+# "PLAN:" then integers joined by + - * (x and the times sign read as *): never eval'd
+_PLAN = re.compile(r"PLAN:\s*(\d+(?:\s*[-+*x\u00d7]\s*\d+)*)", re.IGNORECASE)
+_TERM = re.compile(r"\d+|[-+*x\u00d7]")
+
+
+def plan_value(text: str) -> int | None:
+    """The value of the first ``PLAN:`` expression in ``text`` (multiplication first), or
+    ``None`` when there is none."""
+    m = _PLAN.search(text)
+    if m is None:
+        return None
+    tokens = _TERM.findall(m.group(1))
+    numbers = tuple(int(t) for t in tokens[0::2])
+    ops = tuple("*" if t in "x\u00d7" else t for t in tokens[1::2])
+    return evaluate(numbers, ops)
+
+
 NAMES = ("Mia", "Tom", "Ana", "Ben", "Lea", "Sam", "Ivy", "Max")
 ITEMS = ("apple", "pen", "card", "shell", "stamp", "marble", "book", "coin")
 
@@ -135,6 +157,14 @@ class PlanTask:
 
     def score(self, text: str) -> float:
         return score_integer(text, self.answer)
+
+    def role_scores(self, said: Mapping[str, str]) -> dict[str, float]:
+        """Per-role scores from each agent's last message: did the plan compute the answer,
+        did the executor compute the plan it was sent."""
+        planned = plan_value(said.get("planner", ""))
+        target = self.answer if planned is None else planned
+        return {"planner": float(planned == self.answer),
+                "executor": float(final_integer(said.get("executor", "")) == target)}
 
 
 @register_task("plan_execute")

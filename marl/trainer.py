@@ -201,8 +201,7 @@ class Trainer:
     def _reward(self, ep: Episode, turn: Turn) -> float:
         """The game's return (scaled), plus the turn's own format reward
         (train.invalid_moves), which no other turn shares."""
-        base = (float(np.mean(list(ep.returns.values()))) if self.tc.reward == "team"
-                else ep.returns[turn.agent])
+        base = ep.team_return() if self.tc.reward == "team" else ep.returns[turn.agent]
         return base * self.tc.reward_scales.get(turn.agent, 1.0) + turn.format_reward
 
     def samples(self, episodes: list[Episode], specs: list[EpisodeSpec]

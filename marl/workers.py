@@ -61,12 +61,16 @@ class TeamEpisode(Episode):
     reward: float = 0.0
     deferrals: int = 0
 
+    def team_return(self) -> float:
+        return self.reward
+
 
 class TeamPlayer:
     """Plays episode specs as team tasks: spec ``i`` is the task of ``game.name`` with the
     spec's seed, answered by the team along the spec's sampled graph (else the configured
-    one).  Every turn is a decision to learn from (a defer token too); every agent's return
-    is the team reward: the task score, less ``defer.cost`` per deferral."""
+    one).  Every turn is a decision to learn from (a defer token too).  An agent's return is
+    its own score where the task scores roles (``role_scores``), else the team's; both less
+    ``defer.cost`` per deferral.  The team reward stays the task score less that cost."""
 
     def __init__(self, cfg: TeamConfig, roster: Roster) -> None:
         self.game = cfg.game
@@ -93,12 +97,14 @@ class TeamPlayer:
                               prompt_ids=list(r.prompt_ids),
                               completion_ids=list(r.completion_ids),
                               logprobs=list(r.logprobs), temperature=r.temperature))
+        agents = list(self.team.agents)
+        own = result.role_scores or {}
+        returns = {a: own[a] - result.deferral_cost if a in own else reward for a in agents}
         last = {t.agent: t for t in turns}  # the reward arrives after each agent's last turn
         for t in last.values():
-            t.reward = reward
-        agents = list(self.team.agents)
+            t.reward = returns[t.agent]
         return TeamEpisode(spec.index, self.game.name, spec.seed, {a: a for a in agents}, turns,
-                           {a: reward for a in agents}, score=score, messages=result.messages,
+                           returns, score=score, messages=result.messages,
                            tokens=result.tokens, edge_mask=spec.edge_mask, reward=reward,
                            deferrals=result.deferrals)
 

@@ -160,6 +160,12 @@ def build_variant(cfg: TeamConfig, variant: Variant, *, seed: int = 0) -> Team:
                             topology=variant.topology)
 
 
+def accuracy_on(team: Team, problems: Sequence[Task], batch: int = 16) -> Accuracy:
+    """``team``'s accuracy on ``problems``, answered ``batch`` at a time."""
+    return Accuracy.of([r for k in range(0, len(problems), batch)
+                        for r in team.run_batch(problems[k:k + batch])])
+
+
 @dataclass(frozen=True)
 class CreditRow:
     name: str
@@ -243,10 +249,8 @@ def credit_report(path: str | Path, *, tasks: int = 60, seed: int = EVAL_SEED,
                           held_out_kwargs(cfg.game.name, cfg.game.kwargs), seed)
     for variant in ablations(trained):
         team = build_variant(cfg, variant, seed=seed)
-        results = [r for k in range(0, len(problems), batch)
-                   for r in team.run_batch(problems[k:k + batch])]
         row = CreditRow(variant.name, variant.kind, len(variant.topology.edges),
-                        Accuracy.of(results))
+                        accuracy_on(team, problems, batch))
         report.rows.append(row)
         if on_variant is not None:
             on_variant(row)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import csv
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,9 +14,13 @@ import torch
 from helpers import team_train
 from typer.testing import CliRunner
 
+from agents.builder import RosterError, build_roster
+from agents.policy import Request, Response
 from cli import app
-from games.plan_execute import SPLITS, generate, split_of
+from configs import load_config_text
+from games.plan_execute import SPLITS, generate, plan_value, split_of
 from games.tasks import make_task, task_names, task_takes
+from marl.workers import EpisodeSpec, TeamPlayer
 from orchestrator.credit import (
     Trained,
     ablations,
@@ -23,6 +29,7 @@ from orchestrator.credit import (
     wilson,
     without_edge,
 )
+from orchestrator.team.runtime import trained_parts
 
 TEAM = """\
 schema: marl-teams/v1
@@ -59,6 +66,44 @@ def test_task_is_deterministic_and_scored_exactly() -> None:
     t = make_task("plan_execute", 3, 1)
     (op1, op2) = t.template.ops
     assert t.plan == f"{t.numbers[0]} {op1} {t.numbers[1]} {op2} {t.numbers[2]}"
+
+
+def test_role_scores_grade_each_role_on_its_own_job() -> None:
+    t = make_task("plan_execute", 3, 1)
+    right, wrong = f"PLAN: {t.plan}", f"PLAN: {t.plan} + 1"
+    assert plan_value(right) == t.answer and plan_value(wrong) == t.answer + 1
+    assert plan_value("plan: 3x4 - 2, done") == 10 and plan_value("3 * 4") is None
+    boxed = "\\boxed{{{}}}".format
+    assert t.role_scores({"planner": right, "executor": boxed(t.answer)}) == {
+        "planner": 1.0, "executor": 1.0}
+    # a wrong plan carried out faithfully: the executor did its job, the planner did not
+    assert t.role_scores({"planner": wrong, "executor": boxed(t.answer + 1)}) == {
+        "planner": 0.0, "executor": 1.0}
+    assert t.role_scores({"planner": right, "executor": boxed(-1)}) == {
+        "planner": 1.0, "executor": 0.0}
+    # no plan to follow: the executor is graded on the answer itself
+    assert t.role_scores({"planner": "no idea", "executor": boxed(t.answer)}) == {
+        "planner": 0.0, "executor": 1.0}
+
+
+class Scripted:
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def act(self, requests: list[Request]) -> list[Response]:
+        return [Response(text=self.text) for _ in requests]
+
+
+def test_a_team_episode_returns_each_role_its_own_score() -> None:
+    cfg = load_config_text(TEAM)
+    task = make_task("plan_execute", 5, **cfg.game.kwargs)
+    scripted = {"planner": Scripted(f"PLAN: {task.plan} + 1"),
+                "executor": Scripted(f"\\boxed{{{task.answer + 1}}}")}
+    player = TeamPlayer(cfg, build_roster(cfg, policies=scripted))
+    (ep,) = player.play([EpisodeSpec(0, 5, 0, ())])
+    assert ep.score == 0.0 and ep.team_return() == 0.0  # the team reward: the task's score
+    assert ep.returns == {"planner": 0.0, "executor": 1.0}
+    assert {t.agent: t.reward for t in ep.turns} == ep.returns  # turn-level credit too
 
 
 def test_train_and_eval_instances_are_disjoint() -> None:
@@ -126,6 +171,26 @@ def test_swapping_two_roles_swaps_their_weights(run: Path) -> None:
                if "lora_B" in k)  # LoRA starts at the identity: the untrained role
 
 
+def test_adapter_init_warm_starts_a_role_from_a_saved_adapter(tmp_path: Path) -> None:
+    source = build_roster(load_config_text(TEAM)).hosts["tiny-random"]
+    torch.manual_seed(0)
+    saved = {k: torch.randn_like(v) for k, v in source.adapter_weights("planner").items()}
+    source.set_adapter_weights("planner", saved)
+    source.save_adapter("planner", tmp_path / "planner")
+    text = TEAM.replace("adapter: {r: 4, alpha: 8}",
+                        f"adapter: {{r: 4, alpha: 8, init: '{tmp_path / 'planner'}'}}", 1)
+    host = build_roster(load_config_text(text)).hosts["tiny-random"]
+    warm = host.adapter_weights("planner")
+    assert warm.keys() == saved.keys() and all(torch.equal(warm[k], saved[k]) for k in warm)
+    assert all(not v.any() for k, v in host.adapter_weights("executor").items()
+               if "lora_B" in k)  # no init: untrained
+    for init, words in ((tmp_path / "planner", "r=4 but"), (tmp_path / "none", "not a PEFT")):
+        bad = TEAM.replace("adapter: {r: 4, alpha: 8}",
+                           f"adapter: {{r: 8, alpha: 8, init: '{init}'}}", 1)
+        with pytest.raises(RosterError, match=f"role 'planner': adapter.init: .*{words}"):
+            build_roster(load_config_text(bad))
+
+
 def test_eval_team_writes_table_csv_json_and_plot(run: Path, tmp_path: Path) -> None:
     out = tmp_path / "credit"
     r = CliRunner().invoke(app, ["eval", "team", str(run), "--tasks", "3", "--seed", "7",
@@ -165,3 +230,40 @@ def test_marl_run_on_a_run_writes_transcripts_in_it(run: Path) -> None:
     (folder,) = (run / "transcripts").iterdir()
     assert folder.name.startswith("run-") and (folder / "transcripts.jsonl").is_file()
     assert "accuracy " in r.output
+
+
+# ----- the benchmarks' team modes
+BENCH = Path(__file__).parents[1] / "scripts" / "bench"
+
+
+def bench(script: str, *args: str) -> subprocess.CompletedProcess:
+    r = subprocess.run([sys.executable, str(BENCH / script), *args], capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r
+
+
+def test_drmas_bench_trains_a_team_recipe_with_reward_scales(tmp_path: Path) -> None:
+    (tmp_path / "team.yaml").write_text(TEAM)
+    r = bench("drmas.py", "--team", str(tmp_path / "team.yaml"), "--steps", "1", "--seeds",
+              "0", "--eval-tasks", "2", "--scale", "planner=0.1", "--reward", "individual",
+              "--out", str(tmp_path / "runs"))
+    assert "accuracy" in r.stdout and "agent_wise / global" in r.stdout
+    for estimator in ("global", "agent_wise"):
+        cfg = trained_parts(tmp_path / "runs" / f"{estimator}-s0")[0]
+        assert cfg.train.advantage == estimator and cfg.train.reward == "individual"
+        assert cfg.train.reward_scales == {"planner": 0.1}
+
+
+def test_topology_bench_trains_a_recipe_team_with_a_helper(run: Path, tmp_path: Path) -> None:
+    (tmp_path / "team.yaml").write_text(TEAM)
+    bench("topology.py", "--team", str(tmp_path / "team.yaml"), "--init", str(run),
+          "--train-policies", "--updates", "1", "--tasks-per-update", "1",
+          "--graphs-per-task", "2", "--eval-tasks", "2", "--max-new-tokens", "3",
+          "--out", str(tmp_path / "out"))
+    report = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert report["results"]["direct"]["edges"] == ["planner->executor"]
+    assert report["results"]["chain"]["edges"] == ["planner->helper", "helper->executor"]
+    cfg = trained_parts(tmp_path / "out" / "run")[0]
+    assert [r.name for r in cfg.roles] == ["planner", "helper", "executor"]
+    assert cfg.train.policies == "train" and cfg.role("planner").adapter.init is not None

@@ -80,6 +80,8 @@ class TeamResult:
     of the expert: the costs a learnable topology trades against ``score``
     (``task.score(answer)`` for a :class:`~games.tasks.Task`, else ``None``).  A deferred task
     (``deferrals`` > 0) was answered by ``expert``; ``reward`` charges its ``deferral_cost``.
+    ``role_scores`` are the task's per-agent scores, for tasks that define them
+    (``task.role_scores(last message of each agent)``) and were not handed over.
     """
 
     answer: str
@@ -92,6 +94,7 @@ class TeamResult:
     deferrals: int = 0
     deferral_cost: float = 0.0
     expert: NodeMessage | None = None
+    role_scores: dict[str, float] | None = None
 
     @property
     def reward(self) -> float:
@@ -102,6 +105,7 @@ class TeamResult:
         return {"answer": self.answer, "messages": self.messages, "tokens": self.tokens,
                 "score": self.score, "decided_by": self.decided_by, "votes": self.votes,
                 "deferrals": self.deferrals, "deferral_cost": self.deferral_cost,
+                "role_scores": self.role_scores,
                 "expert": None if self.expert is None else self.expert.to_dict(),
                 "transcript": [t.to_dict() for t in self.transcript]}
 
@@ -366,11 +370,15 @@ class Team:
         spoken = transcript + ([run.expert] if run.expert is not None else [])
         # the edges read: all of the plan's unless the task was handed over early
         messages = sum(len(plan.preds[n]) for n in run.said)
+        role_scores = None
+        if hasattr(task, "role_scores") and run.expert is None:
+            role_scores = dict(task.role_scores({t.agent: t.text for t in transcript}))
         return TeamResult(answer=answer, transcript=transcript, messages=messages,
                           tokens=sum(t.prompt_tokens + t.completion_tokens for t in spoken),
                           score=None if task is None else float(task.score(answer)),
                           decided_by=decided_by, votes=votes, deferrals=run.deferrals,
-                          deferral_cost=run.deferral_cost, expert=run.expert)
+                          deferral_cost=run.deferral_cost, expert=run.expert,
+                          role_scores=role_scores)
 
     # ----- LangGraph
     def to_langgraph(self, checkpointer: Any = None, *, topology: Topology | None = None,
