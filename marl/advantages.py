@@ -49,8 +49,9 @@ class Advantages:
     cells: int = 0        # cells considered
 
 
-def _normalise(x: np.ndarray, keys: Sequence[Hashable], scale: bool = True) -> Advantages:
-    """(x - mean_key) / (std_key + eps) within each key; zero-variance keys give zero."""
+def _normalise(x: np.ndarray, keys: Sequence[Hashable], scale: str = "std") -> Advantages:
+    """x - mean_key within each key, divided by the key's std (``std``), by one std of the
+    whole centred batch (``batch``) or by nothing (``none``); zero-variance keys give zero."""
     out = np.zeros_like(x, dtype=np.float64)
     cells: dict[Hashable, list[int]] = defaultdict(list)
     for i, k in enumerate(keys):
@@ -61,7 +62,9 @@ def _normalise(x: np.ndarray, keys: Sequence[Hashable], scale: bool = True) -> A
         if len(idx) < 2 or np.ptp(v) == 0:
             degenerate += 1
             continue
-        out[idx] = (v - v.mean()) / (v.std() + EPS if scale else 1.0)
+        out[idx] = (v - v.mean()) / (v.std() + EPS if scale == "std" else 1.0)
+    if scale == "batch" and out.any():
+        out /= out.std() + EPS
     return Advantages(out, degenerate, len(cells))
 
 
@@ -70,9 +73,10 @@ def global_advantages(s: Samples) -> Advantages:
     return _normalise(np.asarray(s.rewards, float), list(s.groups))
 
 
-def agent_wise_advantages(s: Samples) -> Advantages:
+def agent_wise_advantages(s: Samples, scale: str = "std") -> Advantages:
     """Dr. MAS: statistics per (group, agent), so each agent is compared with itself."""
-    return _normalise(np.asarray(s.rewards, float), list(zip(s.groups, s.agents, strict=True)))
+    return _normalise(np.asarray(s.rewards, float), list(zip(s.groups, s.agents, strict=True)),
+                      scale)
 
 
 class RoleBaseline:

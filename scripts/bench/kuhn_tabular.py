@@ -61,6 +61,9 @@ class Variant:
     league: bool = True         # half the games against snapshots (the config's league)
     future: bool = False        # returns minus the KL of the player's later decisions, plus
                                 # the opponent's (the regularised game's values; self-play)
+    scale: str = "std"          # advantages: per-state std, one batch std, or none (chips)
+    decay: float = 1.0          # alpha <- decay * alpha at every magnet move (annealing)
+    grow: float = 1.0           # k <- grow * k after every magnet move
 
 
 VARIANTS = [
@@ -97,6 +100,17 @@ MAGNET_VARIANTS = [
             **{**M, "lr": 0.02}),
     Variant("exact KL, alpha 1, k 150, g 0.5, lr 0.02 (configs/kuhn_magnet.yaml)",
             magnet=1.0, every=150, mix=0.5, **{**M, "lr": 0.02}),
+    # the k 150 schedule with the advantage scale changed or alpha annealed
+    *[Variant(f"k 150, g 0.5, lr 0.02: {name}", magnet=a, every=150, mix=0.5, scale=sc,
+              decay=d, grow=gr, **{**M, "lr": 0.02})
+      for name, a, sc, d, gr in (
+          ("no std division (chips), alpha 0.5", 0.5, "none", 1.0, 1.0),
+          ("no std division (chips), alpha 1", 1.0, "none", 1.0, 1.0),
+          ("no std division (chips), alpha 2", 2.0, "none", 1.0, 1.0),
+          ("one batch std, alpha 1", 1.0, "batch", 1.0, 1.0),
+          ("alpha x0.8 per move", 1.0, "std", 0.8, 1.0),
+          ("k x1.3 per move", 1.0, "std", 1.0, 1.3),
+      )],
     Variant("R-NaD-style values: + the later decisions' KL, alpha 1, k 100, g 0.5",
             magnet=1.0, every=100, mix=0.5, future=True, **M),
     Variant("SGD lr 3: exact KL, alpha 0.5, k 100, g 0.5", magnet=0.5, every=100, mix=0.5,
@@ -156,6 +170,7 @@ def run(v: Variant, seed: int, steps: int, games: int, lr: float) -> list[float]
     magnet = torch.log_softmax(policy.logits().detach(), 1)  # rho_0 = pi_0
     schedule = TrainConfig(lr=lr, lr_decay=v.lr_decay)
     root, pool, curve = make(GAME).root_state(), [], []
+    alpha, every, next_move = v.magnet, v.every, v.every
     for step in range(1, steps + 1):
         latest = policy.table()
         kl_at = {}
@@ -173,13 +188,13 @@ def run(v: Variant, seed: int, steps: int, games: int, lr: float) -> list[float]
             decisions, returns = play(root, tables, rng)
             for i, d in enumerate(decisions):
                 if d[0] in trained:
-                    later = sum(v.magnet * kl_at[e[1]] * (-1 if e[0] == d[0] else 1)
+                    later = sum(alpha * kl_at[e[1]] * (-1 if e[0] == d[0] else 1)
                                 for e in decisions[i + 1:]) if v.future else 0.0
                     rows.append((*d, returns[d[0]] + later))
         s = Samples(rewards=[r[4] for r in rows], groups=[r[1] for r in rows],
                     agents=[r[0] for r in rows], publics=[r[1].split(":", 1)[1] for r in rows],
                     choices=[r[2] for r in rows], probs=[r[3] for r in rows])
-        adv = remove_common_mode(agent_wise_advantages(s).values, s, v.common_mode)
+        adv = remove_common_mode(agent_wise_advantages(s, v.scale).values, s, v.common_mode)
         logp_all = torch.log_softmax(policy.logits()[[policy.keys[r[1]] for r in rows]], 1)
         logp = logp_all[torch.arange(len(rows)), [r[2] for r in rows]][:, None]
         entropy = -(logp_all.exp() * logp_all).sum(1)
@@ -188,16 +203,18 @@ def run(v: Variant, seed: int, steps: int, games: int, lr: float) -> list[float]
                   else k3(logp, rho[torch.arange(len(rows)), [r[2] for r in rows]][:, None]))
         parts = grpo_loss(logp, logp.detach(), torch.tensor(adv, dtype=torch.float32),
                           torch.ones_like(logp), entropy=entropy, entropy_coef=v.entropy,
-                          magnet_kl=mag_kl, alpha=v.magnet)
+                          magnet_kl=mag_kl, alpha=alpha)
         opt.zero_grad()
         parts.loss.backward()
         torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
         for group in opt.param_groups:
             group["lr"] = schedule.lr_at(step)
         opt.step()
-        if v.magnet > 0 and step % v.every == 0:  # in logit space: a geometric mix
+        if v.magnet > 0 and step == next_move:  # in logit space: a geometric mix
             now = torch.log_softmax(policy.logits().detach(), 1)
             magnet = torch.log_softmax((1 - v.mix) * magnet + v.mix * now, 1)
+            alpha, every = alpha * v.decay, every * v.grow
+            next_move = step + max(1, round(every))
         if step % 5 == 0:
             pool = (pool + [policy.table()])[-8:]
         curve.append(exploitability(GAME, policy.table()))
