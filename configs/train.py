@@ -113,6 +113,12 @@ class TrainConfig(StrictModel):
         "train", description="frozen: no GRPO update; only a learnable topology learns.")
     advantage: Literal["agent_wise", "global", "rae", "turn_level"] = Field(
         "agent_wise", description="Advantage estimator (docs/algorithms.md#advantage-estimators).")
+    advantage_scale: Literal["std", "none"] = Field(
+        "std", description="What divides each cell's centred rewards (global, agent_wise, "
+                           "turn_level; rae never divides): std: the cell's std (GRPO); none: "
+                           "nothing, advantages in the rewards' units (Dr. GRPO), so every "
+                           "state's payoffs keep their size and the game trained on is the "
+                           "game played (a magnet's alpha is then in reward units).")
     agent_key: Literal["seat", "role"] = Field(
         "seat", description="What 'agent' means for agent-wise statistics.")
     group_by: Literal["seed", "state"] = Field(

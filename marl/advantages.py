@@ -11,6 +11,11 @@ sample belongs to (a role, or a seat in self-play).
     turn_level  G_t = r_t + gamma G_{t+1} per player, then A = (G - mean_k) / (std_k + eps)
                                                                  per player (MARS)
 
+The normalised estimators take a ``scale`` (``train.advantage_scale``, :data:`SCALES`): what
+divides the centred rewards.  ``std`` (GRPO) rescales every cell to unit variance, so cells
+whose payoffs differ in size weigh alike; ``none`` (Dr. GRPO) keeps the rewards' units, so the
+game trained on is the game played, which a magnet's regularised equilibrium needs.
+
 Groups (or group x agent cells) whose rewards are all equal carry no signal; they get a zero
 advantage and are reported in ``Advantages.degenerate`` so the trainer can count them.
 """
@@ -20,6 +25,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -49,8 +55,16 @@ class Advantages:
     cells: int = 0        # cells considered
 
 
-def _normalise(x: np.ndarray, keys: Sequence[Hashable], scale: bool = True) -> Advantages:
-    """(x - mean_key) / (std_key + eps) within each key; zero-variance keys give zero."""
+#: What divides a cell's centred rewards: its std (GRPO), or nothing (Dr. GRPO: reward units).
+SCALES: dict[str, Callable[[np.ndarray], float]] = {
+    "std": lambda v: float(v.std()) + EPS,
+    "none": lambda v: 1.0,
+}
+
+
+def _normalise(x: np.ndarray, keys: Sequence[Hashable], scale: str = "std") -> Advantages:
+    """(x - mean_key) / SCALES[scale] within each key; zero-variance keys give zero."""
+    divide = SCALES[scale]
     out = np.zeros_like(x, dtype=np.float64)
     cells: dict[Hashable, list[int]] = defaultdict(list)
     for i, k in enumerate(keys):
@@ -61,18 +75,19 @@ def _normalise(x: np.ndarray, keys: Sequence[Hashable], scale: bool = True) -> A
         if len(idx) < 2 or np.ptp(v) == 0:
             degenerate += 1
             continue
-        out[idx] = (v - v.mean()) / (v.std() + EPS if scale else 1.0)
+        out[idx] = (v - v.mean()) / divide(v)
     return Advantages(out, degenerate, len(cells))
 
 
-def global_advantages(s: Samples) -> Advantages:
+def global_advantages(s: Samples, scale: str = "std") -> Advantages:
     """Vanilla GRPO: one baseline per group, every agent pooled."""
-    return _normalise(np.asarray(s.rewards, float), list(s.groups))
+    return _normalise(np.asarray(s.rewards, float), list(s.groups), scale)
 
 
-def agent_wise_advantages(s: Samples) -> Advantages:
+def agent_wise_advantages(s: Samples, scale: str = "std") -> Advantages:
     """Dr. MAS: statistics per (group, agent), so each agent is compared with itself."""
-    return _normalise(np.asarray(s.rewards, float), list(zip(s.groups, s.agents, strict=True)))
+    return _normalise(np.asarray(s.rewards, float), list(zip(s.groups, s.agents, strict=True)),
+                      scale)
 
 
 class RoleBaseline:
@@ -109,9 +124,9 @@ def discounted_returns(s: Samples, gamma: float) -> np.ndarray:
     return g
 
 
-def turn_level_advantages(s: Samples, gamma: float = 1.0) -> Advantages:
+def turn_level_advantages(s: Samples, gamma: float = 1.0, scale: str = "std") -> Advantages:
     """MARS: per-turn discounted returns, normalised per player across the batch."""
-    return _normalise(discounted_returns(s, gamma), list(s.agents))
+    return _normalise(discounted_returns(s, gamma), list(s.agents), scale)
 
 
 def remove_common_mode(adv: np.ndarray, s: Samples, fraction: float) -> np.ndarray:
@@ -150,10 +165,11 @@ def remove_common_mode(adv: np.ndarray, s: Samples, fraction: float) -> np.ndarr
 
 
 ESTIMATORS: dict[str, Callable[..., Callable[[Samples], Advantages]]] = {
-    "global": lambda **_: global_advantages,
-    "agent_wise": lambda **_: agent_wise_advantages,
+    "global": lambda scale="std", **_: partial(global_advantages, scale=scale),
+    "agent_wise": lambda scale="std", **_: partial(agent_wise_advantages, scale=scale),
     "rae": lambda decay=0.95, **_: RoleBaseline(decay),
-    "turn_level": lambda gamma=1.0, **_: (lambda s: turn_level_advantages(s, gamma)),
+    "turn_level": lambda gamma=1.0, scale="std", **_: partial(turn_level_advantages,
+                                                              gamma=gamma, scale=scale),
 }
 
 

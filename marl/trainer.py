@@ -159,7 +159,7 @@ class Trainer:
         env = None if team_rollout else games.make_from_config(cfg.game)
         self.seats = team_agents(cfg) if env is None else list(env.possible_agents)
         self.estimator = make_estimator(self.tc.advantage, decay=self.tc.rae_decay,
-                                        gamma=self.tc.gamma)
+                                        gamma=self.tc.gamma, scale=self.tc.advantage_scale)
         self.league = League(self.tc.league, bot_names(cfg.game.name))
         self.trainable_roles = ({r for roles in trainable_hosts(cfg).values() for r in roles}
                                 if self.tc.policies == "train" else set())

@@ -32,6 +32,22 @@ def test_agent_wise_normalises_per_group_and_agent() -> None:
     assert adv.degenerate == 1 and adv.cells == 3
 
 
+def test_scale_none_keeps_the_rewards_units() -> None:
+    """advantage_scale none: r - mean of the cell, not divided, in every normalised estimator."""
+    s = Samples(rewards=[1, 3, 10, 30, 5, 5], groups=[0, 0, 0, 0, 1, 1],
+                agents=["a", "a", "b", "b", "a", "a"], episodes=[0, 0, 1, 1, 2, 2],
+                turn_rewards=[1, 3, 10, 30, 5, 5])
+    adv = make_estimator("agent_wise", scale="none")(s)
+    assert np.allclose(adv.values, [-1, 1, -10, 10, 0, 0])
+    assert adv.degenerate == 1 and adv.cells == 3
+    assert np.allclose(make_estimator("global", scale="none")(s).values,
+                       [-10, -8, -1, 19, 0, 0])
+    # turn level, gamma 0: a's returns (1, 3, 5, 5), b's (10, 30), each centred on its mean
+    assert np.allclose(make_estimator("turn_level", gamma=0.0, scale="none")(s).values,
+                       [-2.5, -0.5, -10, 10, 1.5, 1.5])
+    assert np.allclose(make_estimator("agent_wise")(s).values, agent_wise_advantages(s).values)
+
+
 def test_rae_uses_the_baseline_before_updating_it() -> None:
     rae = RoleBaseline(decay=0.5)
     s = Samples(rewards=[1.0, 3.0, -1.0], groups=[0, 0, 0], agents=["x", "x", "y"],

@@ -12,6 +12,7 @@ from helpers import tiny_team
 from test_learner import TEMPERATURE, _batch, _host
 
 from configs import TeamConfig, load_config_text
+from marl.advantages import Advantages, Samples, agent_wise_advantages
 from marl.learner import Learner, TrainItem, magnet_adapter
 from marl.loss import grpo_loss, k3
 from marl.trainer import Trainer
@@ -164,6 +165,33 @@ def test_resume_keeps_the_magnet_and_equals_an_uninterrupted_run(tmp_path: Path)
     assert rows(tmp_path / "cut") == rows(tmp_path / "full")
     assert _same(_magnet(resumed), _magnet(full))
     assert _same(resumed.runtime.weights()["player"], full.runtime.weights()["player"])
+
+
+def test_advantage_scale_none_trains_on_the_returns_in_chips(tmp_path: Path) -> None:
+    """train.advantage_scale: none hands the learner each return minus its information
+    state's mean, in chips (the game whose regularised equilibrium the magnet pulls to), not
+    the per-state z-scores."""
+    text = tiny_team("kuhn_poker", KUHN + MAGNET + "  advantage_scale: none\n")
+    tr = Trainer(load_config_text(text), tmp_path / "run")
+    seen: dict = {}
+    estimate, update = tr.estimator, tr.runtime.update
+
+    def spy_estimate(s: Samples) -> Advantages:
+        seen["samples"] = s
+        return estimate(s)
+
+    def spy_update(items, *args):
+        seen["items"] = items
+        return update(items, *args)
+
+    tr.estimator, tr.runtime.update = spy_estimate, spy_update
+    tr.train_step()
+    got = sorted(it.advantage for its in seen["items"].values() for it in its)
+    chips = agent_wise_advantages(seen["samples"], scale="none").values
+    z = agent_wise_advantages(seen["samples"]).values
+    assert got == pytest.approx(sorted(chips[chips != 0]))
+    assert got != pytest.approx(sorted(z[z != 0]))
+    assert max(abs(a) for a in got) <= 4  # Kuhn's returns lie in [-2, 2]
 
 
 def test_the_kuhn_magnet_config_runs_two_steps_on_the_tiny_model(tmp_path: Path) -> None:

@@ -17,7 +17,10 @@ Figures are exact exploitability; each variant is also shown as a ratio to its b
 first variant with the same ``kappa``, measured in the same run with the same seeds).  The
 magnet table (``train.magnet``: the trainer's exact KL to a magnet moved every k steps) reports
 the last iterate instead: the final policy's mean and worst over seeds, and the mean over the
-last 20% of the steps.
+last 20% of the steps.  Its ``chips`` rows leave the advantages in chips
+(``train.advantage_scale: none``, the same estimator): dividing by each information state's
+std rescales each state's payoffs differently, so the magnet's regularised equilibria are
+those of another game and the last iterate stalls near 0.06.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from rich.table import Table  # noqa: E402
 from configs.train import TrainConfig  # noqa: E402
 from games.analysis import exploitability, info_states  # noqa: E402
 from games.registry import make  # noqa: E402
-from marl.advantages import Samples, agent_wise_advantages, remove_common_mode  # noqa: E402
+from marl.advantages import Samples, make_estimator, remove_common_mode  # noqa: E402
 from marl.loss import exact_kl, grpo_loss, k3  # noqa: E402
 
 GAME = "kuhn_poker"
@@ -61,6 +64,9 @@ class Variant:
     league: bool = True         # half the games against snapshots (the config's league)
     future: bool = False        # returns minus the KL of the player's later decisions, plus
                                 # the opponent's (the regularised game's values; self-play)
+    scale: str = "std"          # train.advantage_scale: per-state std, or none (chips)
+    decay: float = 1.0          # alpha <- decay * alpha at every magnet move (annealing)
+    grow: float = 1.0           # k <- grow * k after every magnet move
 
 
 VARIANTS = [
@@ -95,8 +101,25 @@ MAGNET_VARIANTS = [
     Variant("exact KL, alpha 1, k 100, g 0.5", magnet=1.0, every=100, mix=0.5, **M),
     Variant("exact KL, alpha 1, k 100, g 0.5, lr 0.02", magnet=1.0, every=100, mix=0.5,
             **{**M, "lr": 0.02}),
-    Variant("exact KL, alpha 1, k 150, g 0.5, lr 0.02 (configs/kuhn_magnet.yaml)",
+    Variant("exact KL, alpha 1, k 150, g 0.5, lr 0.02",
             magnet=1.0, every=150, mix=0.5, **{**M, "lr": 0.02}),
+    # candidate fixes of the k 150 row's floor: anneal alpha or k over the magnet moves
+    Variant("exact KL, alpha 1 x0.8 per move, k 150, g 0.5, lr 0.02", magnet=1.0, every=150,
+            mix=0.5, decay=0.8, **{**M, "lr": 0.02}),
+    Variant("exact KL, alpha 1, k 150 x1.3 per move, g 0.5, lr 0.02", magnet=1.0, every=150,
+            mix=0.5, grow=1.3, **{**M, "lr": 0.02}),
+    # or keep each state's payoffs in chips (train.advantage_scale: none), alpha then in chips
+    *[Variant(f"chips: alpha {a}, k {k}, g 0.5, lr {lr}" + (
+        " (configs/kuhn_magnet.yaml)" if (a, k, lr) == (0.5, 100, 0.02) else ""),
+        magnet=a, every=k, mix=0.5, scale="none", **{**M, "lr": lr})
+      for a, k, lr in ((0.5, 100, 0.02), (0.35, 100, 0.02), (0.25, 100, 0.02), (0.5, 75, 0.02),
+                       (0.5, 100, 0.015), (0.25, 150, 0.02), (0.35, 150, 0.02),
+                       (0.5, 150, 0.02), (1.0, 150, 0.02), (0.5, 200, 0.02), (0.5, 150, 0.03),
+                       (0.5, 150, 0.01))],
+    Variant("chips: alpha 0.5 x0.9 per move, k 100, g 0.5, lr 0.02", magnet=0.5, every=100,
+            mix=0.5, decay=0.9, scale="none", **{**M, "lr": 0.02}),
+    Variant("coupled x10, chips: alpha 0.5, k 100, g 0.5, lr 0.02", magnet=0.5, every=100,
+            mix=0.5, scale="none", kappa=10, **{**M, "lr": 0.02}),
     Variant("R-NaD-style values: + the later decisions' KL, alpha 1, k 100, g 0.5",
             magnet=1.0, every=100, mix=0.5, future=True, **M),
     Variant("SGD lr 3: exact KL, alpha 0.5, k 100, g 0.5", magnet=0.5, every=100, mix=0.5,
@@ -155,7 +178,9 @@ def run(v: Variant, seed: int, steps: int, games: int, lr: float) -> list[float]
            else torch.optim.AdamW(policy.parameters(), lr=lr, weight_decay=0.0))
     magnet = torch.log_softmax(policy.logits().detach(), 1)  # rho_0 = pi_0
     schedule = TrainConfig(lr=lr, lr_decay=v.lr_decay)
+    estimate = make_estimator("agent_wise", scale=v.scale)
     root, pool, curve = make(GAME).root_state(), [], []
+    alpha, every, next_move = v.magnet, v.every, v.every
     for step in range(1, steps + 1):
         latest = policy.table()
         kl_at = {}
@@ -173,13 +198,13 @@ def run(v: Variant, seed: int, steps: int, games: int, lr: float) -> list[float]
             decisions, returns = play(root, tables, rng)
             for i, d in enumerate(decisions):
                 if d[0] in trained:
-                    later = sum(v.magnet * kl_at[e[1]] * (-1 if e[0] == d[0] else 1)
+                    later = sum(alpha * kl_at[e[1]] * (-1 if e[0] == d[0] else 1)
                                 for e in decisions[i + 1:]) if v.future else 0.0
                     rows.append((*d, returns[d[0]] + later))
         s = Samples(rewards=[r[4] for r in rows], groups=[r[1] for r in rows],
                     agents=[r[0] for r in rows], publics=[r[1].split(":", 1)[1] for r in rows],
                     choices=[r[2] for r in rows], probs=[r[3] for r in rows])
-        adv = remove_common_mode(agent_wise_advantages(s).values, s, v.common_mode)
+        adv = remove_common_mode(estimate(s).values, s, v.common_mode)
         logp_all = torch.log_softmax(policy.logits()[[policy.keys[r[1]] for r in rows]], 1)
         logp = logp_all[torch.arange(len(rows)), [r[2] for r in rows]][:, None]
         entropy = -(logp_all.exp() * logp_all).sum(1)
@@ -188,16 +213,18 @@ def run(v: Variant, seed: int, steps: int, games: int, lr: float) -> list[float]
                   else k3(logp, rho[torch.arange(len(rows)), [r[2] for r in rows]][:, None]))
         parts = grpo_loss(logp, logp.detach(), torch.tensor(adv, dtype=torch.float32),
                           torch.ones_like(logp), entropy=entropy, entropy_coef=v.entropy,
-                          magnet_kl=mag_kl, alpha=v.magnet)
+                          magnet_kl=mag_kl, alpha=alpha)
         opt.zero_grad()
         parts.loss.backward()
         torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
         for group in opt.param_groups:
             group["lr"] = schedule.lr_at(step)
         opt.step()
-        if v.magnet > 0 and step % v.every == 0:  # in logit space: a geometric mix
+        if v.magnet > 0 and step == next_move:  # in logit space: a geometric mix
             now = torch.log_softmax(policy.logits().detach(), 1)
             magnet = torch.log_softmax((1 - v.mix) * magnet + v.mix * now, 1)
+            alpha, every = alpha * v.decay, every * v.grow
+            next_move = step + max(1, round(every))
         if step % 5 == 0:
             pool = (pool + [policy.table()])[-8:]
         curve.append(exploitability(GAME, policy.table()))
