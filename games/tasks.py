@@ -8,6 +8,8 @@ A :class:`Task` is one procedurally generated problem instance, a pure value bui
 - ``answer``: the ground truth, an ``int``;
 - ``answerer``: the agent whose final text is graded;
 - ``score(text)``: 1.0 if ``text`` (free model output) states the answer, else 0.0.
+- optionally ``role_scores(said)``: each agent's score for its own job, from each agent's
+  last message (``plan_execute``'s planner and executor), for per-role rewards.
 
 The games ``referential`` and ``split_arithmetic`` play exactly these instances with discrete
 message/answer actions; a free-text runtime can instead hand ``question`` + ``private_views`` to
