@@ -1,9 +1,12 @@
 """Team files for tests: one role on the tiny randomly initialised model (no download); a
-cooperative test task whose score varies with the sampled text."""
+cooperative test task whose score varies with the sampled text; a policy that always says the
+same thing."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from agents.policy import Request, Response
 
 
 def tiny_team(game: str, train: str, count: int = 2, extra: str = "") -> str:
@@ -78,3 +81,13 @@ def register_parity_task(name: str, first: str, answerer: str, view: str = "You 
     def parity_task(seed: int, difficulty: int = 0) -> ParityTask:
         return ParityTask(seed, difficulty, game=name, private_views={first: view},
                           answerer=answerer)
+
+
+class Saying:
+    """A policy answering every request with one text."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def act(self, requests: list[Request]) -> list[Response]:
+        return [Response(text=self.text) for _ in requests]

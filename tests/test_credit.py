@@ -11,11 +11,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import team_train
+from helpers import Saying, team_train
 from typer.testing import CliRunner
 
 from agents.builder import RosterError, build_roster
-from agents.policy import Request, Response
 from cli import app
 from configs import load_config_text
 from games.plan_execute import SPLITS, generate, plan_value, split_of
@@ -86,19 +85,11 @@ def test_role_scores_grade_each_role_on_its_own_job() -> None:
         "planner": 0.0, "executor": 1.0}
 
 
-class Scripted:
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-    def act(self, requests: list[Request]) -> list[Response]:
-        return [Response(text=self.text) for _ in requests]
-
-
 def test_a_team_episode_returns_each_role_its_own_score() -> None:
     cfg = load_config_text(TEAM)
     task = make_task("plan_execute", 5, **cfg.game.kwargs)
-    scripted = {"planner": Scripted(f"PLAN: {task.plan} + 1"),
-                "executor": Scripted(f"\\boxed{{{task.answer + 1}}}")}
+    scripted = {"planner": Saying(f"PLAN: {task.plan} + 1"),
+                "executor": Saying(f"\\boxed{{{task.answer + 1}}}")}
     player = TeamPlayer(cfg, build_roster(cfg, policies=scripted))
     (ep,) = player.play([EpisodeSpec(0, 5, 0, ())])
     assert ep.score == 0.0 and ep.team_return() == 0.0  # the team reward: the task's score

@@ -10,8 +10,8 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import Saying
 
-from agents.policy import Request, Response
 from configs import ConfigError, load_config_text
 from games.tasks import make_task
 from marl.trainer import Trainer, TrainingError
@@ -93,20 +93,10 @@ def test_defer_needs_a_team_task(tmp_path: Path) -> None:
 
 
 # ----- the hand-over
-class Scripted:
-    """A policy answering every request with one text."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-    def act(self, requests: list[Request]) -> list[Response]:
-        return [Response(text=self.text) for _ in requests]
-
-
 def scripted_team(planner: str, defer: str | None = None) -> Team:
     cfg = load_config_text(team_yaml(defer or '{expert: oracle, cost: 0.25, token: DEFER}'))
-    return Team.from_config(cfg, policies={"planner": Scripted(planner),
-                                           "executor": Scripted("\\boxed{-1}")})
+    return Team.from_config(cfg, policies={"planner": Saying(planner),
+                                           "executor": Saying("\\boxed{-1}")})
 
 
 def test_a_deferring_answer_goes_to_the_oracle_at_a_cost() -> None:

@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import ParityTask, register_parity_task, team_train
+from helpers import ParityTask, Saying, register_parity_task, team_train
 
 from agents.openai_backend import EndpointError
-from agents.policy import Request, Response
 from configs import load_config_text
 from marl.trainer import Trainer
 from orchestrator.serve import TeamServer, make_server
@@ -106,16 +105,6 @@ def test_a_dead_endpoint_is_a_clear_error(tmp_path: Path) -> None:
     tr = Trainer(load_config_text(mixed_yaml(url)), tmp_path / "run")
     with pytest.raises(EndpointError, match=f"{url}/chat/completions failed after 3 tries"):
         tr.train_step()
-
-
-class Saying:
-    """A policy answering every request with one text."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-    def act(self, requests: list[Request]) -> list[Response]:
-        return [Response(text=self.text) for _ in requests]
 
 
 def test_a_hosted_expert_answers_a_deferred_task(server: TeamServer) -> None:

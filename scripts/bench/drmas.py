@@ -27,6 +27,7 @@ import os
 import statistics
 import sys
 import tempfile
+from contextlib import nullcontext
 from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -141,10 +142,11 @@ def main() -> None:
             cfg = (team_config(args.team, estimator, seed, args.steps, scales, args.reward)
                    if args.team else
                    tiny_config(args.model, args.game, estimator, seed, args.steps, args.lr))
-            with tempfile.TemporaryDirectory() as tmp, \
+            kept = Path(args.out) / f"{estimator}-s{seed}" if args.out else None
+            with (nullcontext(kept) if kept else tempfile.TemporaryDirectory()) as folder, \
                     console.status(f"{estimator} seed {seed}"):
-                folder = Path(args.out) / f"{estimator}-s{seed}" if args.out else Path(tmp)
-                results[estimator].append(run(cfg, folder, args.eval_tasks if args.team else 0))
+                results[estimator].append(run(cfg, Path(folder),
+                                              args.eval_tasks if args.team else 0))
     what = (f"{args.team}, reward x {scales or 1}" if args.team else
             f"{args.game} ({args.model}), player_1 reward x0.1")
     table = Table(title=f"Dr. MAS on {what}, {args.steps} steps")

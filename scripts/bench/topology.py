@@ -45,8 +45,8 @@ from configs import TeamConfig, load_config, load_config_text  # noqa: E402
 from configs.schema import DecodingConfig, RoleConfig, TopologyConfig  # noqa: E402
 from marl.topology import LearnedGraph  # noqa: E402
 from marl.trainer import StepResult, Trainer  # noqa: E402
-from orchestrator.credit import held_out_tasks, wilson  # noqa: E402
-from orchestrator.team import Team, TeamResult  # noqa: E402
+from orchestrator.credit import Accuracy, held_out_tasks  # noqa: E402
+from orchestrator.team import Team  # noqa: E402
 from orchestrator.team.runtime import trained_parts  # noqa: E402
 from topologies import SPATIAL, Topology  # noqa: E402
 
@@ -136,13 +136,10 @@ def chain(lt_agents: list[str]) -> list[tuple[str, str, str]]:
 
 def evaluate(team: Team, topology: Topology, tasks: list) -> dict:
     t0 = time.perf_counter()
-    results: list[TeamResult] = team.run_batch(tasks, topologies=topology)
-    n = len(results)
-    correct = sum(r.score or 0.0 for r in results)
-    lo, hi = wilson(correct, n)
-    return {"edges": [f"{s}->{d}" for s, d, _k in topology.edges], "accuracy": correct / n,
-            "ci95": [lo, hi], "messages_per_task": sum(r.messages for r in results) / n,
-            "tokens_per_task": sum(r.tokens for r in results) / n,
+    acc = Accuracy.of(team.run_batch(tasks, topologies=topology))
+    return {"edges": [f"{s}->{d}" for s, d, _k in topology.edges], "accuracy": acc.accuracy,
+            "ci95": [acc.ci_low, acc.ci_high], "messages_per_task": acc.messages_per_task,
+            "tokens_per_task": acc.tokens_per_task,
             "seconds": round(time.perf_counter() - t0, 1)}
 
 
