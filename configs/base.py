@@ -18,8 +18,9 @@ Int = Annotated[int, BeforeValidator(_not_bool)]
 Float = Annotated[float, BeforeValidator(_not_bool)]
 
 #: Compute precision of a local model's forward passes: fp32, or bf16/fp16 autocast (weights,
-#: LoRA adapters and optimizer state stay fp32).  fp16 needs a GPU.
-Precision = Literal["fp32", "bf16", "fp16"]
+#: LoRA adapters and optimizer state stay fp32); auto: bf16 where the hardware has bf16
+#: matrix units (AMX, AVX512-BF16, a GPU), else fp32.  fp16 needs a GPU.
+Precision = Literal["fp32", "bf16", "fp16", "auto"]
 
 
 class StrictModel(BaseModel):

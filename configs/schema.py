@@ -130,7 +130,9 @@ class DecodingConfig(StrictModel):
     precision: Precision = Field(
         "fp32", description="Compute precision of this role's forward passes (backends hf and "
                             "vllm; roles sharing a vLLM engine share the first one's): "
-                            "fp32, or bf16/fp16 autocast. When every role on a base and its "
+                            "fp32, or bf16/fp16 autocast; auto is bf16 where the hardware has "
+                            "bf16 matrix units (AMX, AVX512-BF16, a GPU) and fp32 elsewhere, "
+                            "where bf16 is emulated and slow. When every role on a base and its "
                             "learner (train.precision) compute in the same half precision, the "
                             "frozen base is stored in it (LoRA weights stay fp32); mixed, it "
                             "stays fp32 and is cast at each forward, which is slower. fp16 "

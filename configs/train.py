@@ -163,7 +163,8 @@ class TrainConfig(StrictModel):
     max_grad_norm: Float = Field(1.0, gt=0, le=1e6)
     precision: Precision = Field(
         "fp32", description="Compute precision of the learner's forward and backward passes: "
-                            "fp32, or bf16/fp16 autocast (the frozen base is stored in bf16 "
+                            "fp32, or bf16/fp16 autocast, or auto (bf16 where the hardware has "
+                            "bf16 matrix units, else fp32) (the frozen base is stored in bf16 "
                             "when the roles' decoding.precision is bf16 too); LoRA weights and "
                             "AdamW state stay fp32 (DeepSpeed on a GPU: its bf16/fp16 mode "
                             "with fp32 master weights). fp16 needs a GPU learner "

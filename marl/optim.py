@@ -38,6 +38,8 @@ from typing import Protocol
 
 import torch
 
+from agents.precision import resolve
+
 Params = list[torch.nn.Parameter]
 
 
@@ -140,7 +142,7 @@ def deepspeed_config(zero_stage: int, max_grad_norm: float, device: torch.device
     if zero_stage not in (1, 2, 3):
         raise ValueError(f"zero_stage must be 1, 2 or 3, not {zero_stage} (no ZeRO: use the "
                          "torch backend)")
-    cuda = device.type == "cuda"
+    cuda, precision = device.type == "cuda", resolve(precision)
     if precision == "fp16" and not cuda:
         raise ValueError(f"precision fp16 needs a GPU but the learner is on {device.type}; "
                          "use bf16 (or fp32)")

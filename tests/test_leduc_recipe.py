@@ -19,7 +19,7 @@ def test_the_leduc_recipe_is_magnet_self_play_in_choice_decoding() -> None:
     (player,) = cfg.roles
     assert (player.count, player.model, player.decoding.mode) == (2, "smollm2-135m-instruct",
                                                                   "choice")
-    assert (player.decoding.precision, cfg.train.precision) == ("bf16", "bf16")
+    assert (player.decoding.precision, cfg.train.precision) == ("auto", "auto")
     assert cfg.game.name == "leduc_poker" and cfg.train.max_minutes == 20
     assert cfg.train.league.opponents == "self" and cfg.train.magnet is not None
     assert "public card" in player.goal

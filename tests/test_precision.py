@@ -5,22 +5,27 @@ what they must not change (the sampled distribution, the dtypes of what is train
 from __future__ import annotations
 
 import random
+import warnings
+from pathlib import Path
 
 import pytest
 import torch
 from helpers import tiny_team
 from pydantic import ValidationError
 
+import agents.precision as prec
 from agents.builder import build_roster
 from agents.hf import HFPolicy, ModelHost
 from agents.models import load_model
 from agents.policy import Request
-from agents.precision import autocast, weights_dtype
-from configs import load_config_text
+from agents.precision import autocast, native_bf16, resolve, weights_dtype
+from configs import load_config, load_config_text
 from configs.schema import DecodingConfig
 from configs.train import RayConfig, TrainConfig
 from marl.learner import Learner, TrainItem
 from marl.optim import deepspeed_config
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 
 def _host(seed: int = 0, dtype: torch.dtype = torch.float32) -> ModelHost:
@@ -67,6 +72,53 @@ def test_deepspeed_keeps_fp32_weights_on_a_cpu() -> None:
     (model cast to bf16) is for GPUs."""
     cfg = deepspeed_config(1, 1.0, torch.device("cpu"), "bf16")
     assert not cfg["bf16"]["enabled"] and not cfg["fp16"]["enabled"]
+
+
+# ----- auto: bf16 only where the hardware multiplies it
+@pytest.fixture
+def hardware(monkeypatch: pytest.MonkeyPatch):
+    """Pretend the machine has (True) or lacks (False) bf16 matrix units."""
+    def pretend(native: bool) -> None:
+        monkeypatch.setattr(prec, "native_bf16", lambda: native)
+        resolve.cache_clear()
+    yield pretend
+    resolve.cache_clear()
+
+
+def test_auto_is_bf16_exactly_where_the_hardware_has_bf16_units(hardware) -> None:
+    probes = [getattr(torch.cpu, n)() for n in ("_is_amx_tile_supported",
+                                                "_is_avx512_bf16_supported")]
+    if not torch.cuda.is_available():
+        assert native_bf16() is any(probes)
+    assert resolve("auto") == ("bf16" if native_bf16() else "fp32")
+    hardware(False)
+    assert resolve("auto") == "fp32" and weights_dtype(["auto", "auto"]) is torch.float32
+    assert isinstance(autocast("auto", "cpu"), type(autocast("fp32", "cpu")))
+    hardware(True)
+    assert resolve("auto") == "bf16" and weights_dtype(["auto", "bf16"]) is torch.bfloat16
+    with autocast("auto", "cpu"):
+        assert torch.get_autocast_dtype("cpu") is torch.bfloat16 and \
+            torch.is_autocast_enabled("cpu")
+
+
+def test_emulated_bf16_is_kept_as_asked_but_warned_about(hardware) -> None:
+    hardware(False)
+    with pytest.warns(UserWarning, match="emulated and several times slower"):
+        assert resolve("bf16") == "bf16"
+    hardware(True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert resolve("bf16") == "bf16" and resolve("fp32") == "fp32"
+    with pytest.raises(ValueError, match="unknown precision 'fp8'; known: fp32, bf16, fp16, auto"):
+        resolve("fp8")
+
+
+def test_the_shipped_recipes_ask_for_auto() -> None:
+    for name in ("kuhn_selfplay", "kuhn_magnet", "leduc_selfplay", "tictactoe_vs_random",
+                 "coop_plan_execute"):
+        cfg = load_config(CONFIGS / f"{name}.yaml")
+        assert {r.decoding.precision for r in cfg.roles} == {"auto"}, name
+        assert cfg.train is not None and cfg.train.precision == "auto", name
 
 
 # ----- where the base is stored in half precision

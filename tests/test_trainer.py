@@ -148,7 +148,9 @@ def test_best_checkpoint_is_kept_and_evaluates_as_logged(tmp_path: Path) -> None
                                      "  ray: {enabled: false}\n"))
     hist = Trainer(cfg, run).fit()
     values = [h["eval"]["exploitability"] for h in hist]
-    assert len(set(values)) == 4  # the policy moved at every step
+    # a step whose groups all tie leaves the policy as it was (the sampled games decide
+    # that, and they differ between CPUs' numerics); ties keep the earlier best
+    assert len(set(values)) >= 3
     best = int(np.argmin(values)) + 1
     assert best > 1  # so at least one superseded best was written and dropped
     assert (run / "best").read_text() == f"step_{best:06d}"

@@ -67,6 +67,8 @@ class Variant:
     scale: str = "std"          # train.advantage_scale: per-state std, or none (chips)
     decay: float = 1.0          # alpha <- decay * alpha at every magnet move (annealing)
     grow: float = 1.0           # k <- grow * k after every magnet move
+    warm: int = 0               # first `warm` steps: c = 1, lr warm_lr, no magnet; then the
+    warm_lr: float = 0.1        # magnet starts as a copy of the policy (a warm start)
 
 
 VARIANTS = [
@@ -126,6 +128,17 @@ MAGNET_VARIANTS = [
             optimizer="sgd", **{**M, "lr": 3.0}),
     Variant("coupled x10: exact KL, alpha 1, k 100, g 0.5, lr 0.02", magnet=1.0, every=100,
             mix=0.5, kappa=10, **{**M, "lr": 0.02}),
+    # SmolLM2 went card-blind under the chips recipe: a warm start with the projection first
+    # (the magnet then starts from the card-aware policy), or a partial projection throughout
+    *[Variant((f"coupled x{kappa}" if kappa else "uncoupled") + ", chips, "
+              + (f"warm start ({w} steps c=1, lr 0.1, no magnet), then " if w else "")
+              + "alpha 0.5, k 100, lr 0.02", magnet=0.5, every=100, mix=0.5, scale="none",
+              kappa=kappa, warm=w, **{**M, "lr": 0.02})
+      for kappa, w in ((0, 0), (0, 30), (10, 0), (10, 30))],
+    *[Variant(f"coupled x{kappa}, chips, c={c}: alpha 0.5, k 100, lr 0.02", magnet=0.5,
+              every=100, mix=0.5, scale="none", kappa=kappa, **{**M, "lr": 0.02,
+                                                                 "common_mode": c})
+      for kappa in (30, 100) for c in (0.0, 0.5, 0.9)],
 ]
 
 
@@ -179,9 +192,13 @@ def run(v: Variant, seed: int, steps: int, games: int, lr: float) -> list[float]
     magnet = torch.log_softmax(policy.logits().detach(), 1)  # rho_0 = pi_0
     schedule = TrainConfig(lr=lr, lr_decay=v.lr_decay)
     estimate = make_estimator("agent_wise", scale=v.scale)
+    warm_estimate = make_estimator("agent_wise", scale="std")
     root, pool, curve = make(GAME).root_state(), [], []
-    alpha, every, next_move = v.magnet, v.every, v.every
+    alpha, every, next_move = v.magnet, v.every, v.warm + v.every
     for step in range(1, steps + 1):
+        warming = step <= v.warm
+        if step == v.warm + 1:  # the warm start ends: the magnet is the policy reached
+            magnet = torch.log_softmax(policy.logits().detach(), 1)
         latest = policy.table()
         kl_at = {}
         if v.future:
@@ -204,7 +221,8 @@ def run(v: Variant, seed: int, steps: int, games: int, lr: float) -> list[float]
         s = Samples(rewards=[r[4] for r in rows], groups=[r[1] for r in rows],
                     agents=[r[0] for r in rows], publics=[r[1].split(":", 1)[1] for r in rows],
                     choices=[r[2] for r in rows], probs=[r[3] for r in rows])
-        adv = remove_common_mode(estimate(s).values, s, v.common_mode)
+        adv = (remove_common_mode(warm_estimate(s).values, s, 1.0) if warming
+               else remove_common_mode(estimate(s).values, s, v.common_mode))
         logp_all = torch.log_softmax(policy.logits()[[policy.keys[r[1]] for r in rows]], 1)
         logp = logp_all[torch.arange(len(rows)), [r[2] for r in rows]][:, None]
         entropy = -(logp_all.exp() * logp_all).sum(1)
@@ -213,12 +231,12 @@ def run(v: Variant, seed: int, steps: int, games: int, lr: float) -> list[float]
                   else k3(logp, rho[torch.arange(len(rows)), [r[2] for r in rows]][:, None]))
         parts = grpo_loss(logp, logp.detach(), torch.tensor(adv, dtype=torch.float32),
                           torch.ones_like(logp), entropy=entropy, entropy_coef=v.entropy,
-                          magnet_kl=mag_kl, alpha=alpha)
+                          magnet_kl=mag_kl, alpha=0.0 if warming else alpha)
         opt.zero_grad()
         parts.loss.backward()
         torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
         for group in opt.param_groups:
-            group["lr"] = schedule.lr_at(step)
+            group["lr"] = v.warm_lr if warming else schedule.lr_at(step)
         opt.step()
         if v.magnet > 0 and step == next_move:  # in logit space: a geometric mix
             now = torch.log_softmax(policy.logits().detach(), 1)
