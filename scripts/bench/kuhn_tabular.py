@@ -192,12 +192,12 @@ def run(v: Variant, seed: int, steps: int, games: int, lr: float) -> list[float]
     magnet = torch.log_softmax(policy.logits().detach(), 1)  # rho_0 = pi_0
     schedule = TrainConfig(lr=lr, lr_decay=v.lr_decay)
     estimate = make_estimator("agent_wise", scale=v.scale)
-    warm_estimate = make_estimator("agent_wise", scale="std")
+    warm_estimate = make_estimator("agent_wise", scale="std") if v.warm else estimate
     root, pool, curve = make(GAME).root_state(), [], []
     alpha, every, next_move = v.magnet, v.every, v.warm + v.every
     for step in range(1, steps + 1):
         warming = step <= v.warm
-        if step == v.warm + 1:  # the warm start ends: the magnet is the policy reached
+        if v.warm and step == v.warm + 1:  # the warm start ends: the magnet is the policy
             magnet = torch.log_softmax(policy.logits().detach(), 1)
         latest = policy.table()
         kl_at = {}
