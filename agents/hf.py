@@ -333,15 +333,18 @@ class ModelHost:
         cache.batch_select_indices(rows.to(self.device))
         return cache, mask[rows]
 
-    def _tree_scores(self, prompts: list[list[int]], candidates: list[list[list[int]]]
-                     ) -> list[torch.Tensor]:
-        """``log p(c | prompt)`` for every candidate of every prompt, each token run once.
+    def _tree_scores(self, prompts: list[list[int]], candidates: list[list[list[int]]],
+                     max_head: int | None = None) -> tuple[list[torch.Tensor], torch.Tensor, int]:
+        """``log p(c | prompt)`` for every candidate of every prompt, each token run once,
+        plus the prompts' hidden states after the shared head and that head's length (at
+        most ``max_head``).
 
         Three levels share their work through the KV cache: the prompts' common head (once),
         each prompt's own tail (once per prompt), then the candidates (once per pair).  Only
         the positions that predict a candidate token go through the vocabulary projection.
         """
         head = _common_prefix(prompts) if len(prompts) > 1 else len(prompts[0]) - 1
+        head = head if max_head is None else min(head, max_head)
         tails = [p[head:] for p in prompts]
         cache, mask = self._shared_heads([prompts[0][:head]], [0] * len(prompts))
         hidden, cache, mask = self._extend(tails, torch.full((len(prompts),), head), cache, mask)
@@ -365,7 +368,33 @@ class ModelHost:
             valid[i, : len(c)] = True
         dev = logp.device
         tok = logp.gather(2, target.to(dev)[..., None]).squeeze(2) * valid.to(dev)
-        return list(tok.sum(1).split([len(cs) for cs in candidates]))
+        return list(tok.sum(1).split([len(cs) for cs in candidates])), hidden, head
+
+    def reasoned_stats(self, prompts: list[list[int]], reasonings: list[list[int]],
+                       contexts: list[list[int]], candidates: list[list[list[int]]],
+                       temperature: float = 1.0, entropy: bool = False
+                       ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
+        """Think-then-act in one pass: each reasoning's token log-probs at ``temperature``
+        (and their full-vocabulary entropies, if asked) and ``log p(c | context)`` of each
+        candidate, from one forward over each context.
+
+        Context i is prompt i, then reasoning i (its final end-of-sequence token may be
+        left out: the position that predicts it is still in the context), then a separator;
+        so the positions that predict the reasoning are the context's own.  Gradients flow
+        outside ``torch.no_grad``.
+        """
+        scores, hidden, head = self._tree_scores(contexts, candidates,
+                                                 max_head=min(len(p) for p in prompts) - 1)
+        logps, ents = [], []
+        for i, (p, r) in enumerate(zip(prompts, reasonings, strict=True)):
+            step = (self._logits(hidden[i, len(p) - 1 - head : len(p) + len(r) - 1 - head])
+                    / scale_temperature(temperature))
+            logsm = F.log_softmax(step, dim=-1)
+            logps.append(logsm.gather(1, torch.tensor(r, device=step.device)[:, None])
+                         .squeeze(1))
+            if entropy:
+                ents.append(-(logsm.exp() * logsm).sum(-1))
+        return logps, ents, scores
 
     def candidate_scores(self, prompts: list[list[int]], candidates: list[list[list[int]]]
                          ) -> list[torch.Tensor]:
@@ -405,7 +434,7 @@ class ModelHost:
         new = torch.zeros(len(uniq_p), device=self.device)
         for group in head_clusters(distinct):
             scores = self._tree_scores([distinct[g] for g in group],
-                                       [[uniq_c[i] for i in pair_ids[g]] for g in group])
+                                       [[uniq_c[i] for i in pair_ids[g]] for g in group])[0]
             idx = torch.tensor([i for g in group for i in pair_ids[g]], device=self.device)
             new = new.index_put((idx,), torch.cat(scores))
         if not memo:

@@ -252,11 +252,10 @@ class Learner:
         reasoning)``; the entropy is the mean over those positions (vocabulary, then legal
         actions)."""
         want_ent = self.entropy > 0
-        per, ents = self.host.sequence_stats([it.prompt_ids for it in items],
-                                             [it.completion_ids for it in items],
-                                             items[0].temperature, entropy=want_ent)
-        scores = self.host.candidate_scores([it.choice_prompt_ids for it in items],
-                                            [it.candidate_ids for it in items])
+        per, ents, scores = self.host.reasoned_stats(
+            [it.prompt_ids for it in items], [it.completion_ids for it in items],
+            [it.choice_prompt_ids for it in items], [it.candidate_ids for it in items],
+            items[0].temperature, entropy=want_ent)
         rows, ent = [], []
         for i, (it, x, s) in enumerate(zip(items, per, scores, strict=True)):
             lp = torch.log_softmax(s / scale_temperature(it.temperature), 0)

@@ -127,6 +127,22 @@ def test_the_learner_recomputes_them_ratio_one_at_the_first_pass(host: ModelHost
         host.set_adapter_weights("red", before)
 
 
+def test_one_pass_gives_the_two_separate_computations(host: ModelHost) -> None:
+    """``reasoned_stats`` (one forward per context) against the reasoning's own forward and
+    the choice scoring after it, with gradients on as in the learner."""
+    policy = _think_policy(host, seed=7)
+    responses = policy.act(_requests(policy, 4))
+    args = ([r.prompt_ids for r in responses], [r.completion_ids for r in responses])
+    ctx, cands = [r.choice_prompt_ids for r in responses], [r.candidate_ids for r in responses]
+    with host.use("red"):
+        per, ents, scores = host.reasoned_stats(*args, ctx, cands, TEMPERATURE, entropy=True)
+        want, want_ents = host.sequence_stats(*args, TEMPERATURE, entropy=True)
+        want_scores = host.candidate_scores(ctx, cands)
+    assert per[0].requires_grad
+    for got, exp in zip([*per, *ents, *scores], [*want, *want_ents, *want_scores], strict=True):
+        np.testing.assert_allclose(got.detach().numpy(), exp.detach().numpy(), atol=1e-5)
+
+
 def _team(train: str, decoding: str = "{mode: think, think_tokens: 4, temperature: 1.5}"
           ) -> str:
     return tiny_team("kuhn_poker", train).replace("decoding: {mode: choice}",
