@@ -34,7 +34,12 @@ ILLEGAL = -1  # what the engine plays when text names no action; the game counts
 
 @dataclass
 class Turn:
-    """One decision of one agent in one game."""
+    """One decision of one agent in one game.
+
+    ``parsed`` and ``legal`` judge the answer (it named a move; that move was legal now);
+    ``action`` is what the game was given, a random legal move when ``penalty`` handling
+    replaced an unplayable answer.
+    """
 
     episode: int
     agent: str
@@ -202,7 +207,7 @@ class RolloutEngine:
                 return  # the game waits: the agent is asked again
             if handling == "penalty":
                 action = r.rng.choice(legal)
-                turn.action, turn.legal = action, True
+                turn.action = action
         env.step(ILLEGAL if action is None else action)
         self._credit(r)
         if all(env.terminations[a] or env.truncations[a] for a in env.agents):

@@ -61,7 +61,8 @@ PANELS = {
                                for k, lr in _dicts(r.get("learner")).items()
                                for m in ("kl", "entropy")],
     "evaluation": lambda r: list(_dicts(r.get("eval")).items()),
-    "parse-error rate": lambda r: [("parse errors", r.get("parse_error_rate"))],
+    "unplayable answers": lambda r: [("parse errors", r.get("parse_error_rate")),
+                                     ("illegal moves", r.get("illegal_move_rate"))],
     "edge probabilities": lambda r: list(
         _dicts(_dicts(r.get("topology")).get("edge_probs")).items()),
     "team task: score, messages, utility": lambda r: [

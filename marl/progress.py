@@ -59,6 +59,8 @@ class TrainProgress:
         learner = next(iter(m["learner"].values()), {})
         parts = [rewards, f"gnorm={learner.get('grad_norm', 0):.2f}",
                  f"parse_err={m['parse_error_rate']:.0%}"]
+        if m.get("illegal_move_rate"):
+            parts.append(f"illegal={m['illegal_move_rate']:.0%}")
         if "eval" in m:
             parts += [f"{k}={v:.3f}" for k, v in m["eval"].items()]
         self.bar.update(self.task, completed=result.step, figures="  ".join(parts))

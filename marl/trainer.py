@@ -323,6 +323,8 @@ class Trainer:
         gen_tokens = sum(len(t.completion_ids) for t in turns
                          if t.candidate_ids is None or t.choice_prompt_ids is not None)
         m["parse_error_rate"] = float(np.mean([not t.parsed for t in turns])) if turns else 0.0
+        m["illegal_move_rate"] = (float(np.mean([t.parsed and not t.legal for t in turns]))
+                                  if turns else 0.0)
         m["format_penalties"] = sum(t.format_reward != 0 for t in turns)
         m["tokens_per_s"] = gen_tokens / max(seconds["rollout"], 1e-9)
         m["decisions"] = len(turns)

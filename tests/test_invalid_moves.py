@@ -15,6 +15,7 @@ from agents.rollout import RolloutEngine
 from configs import load_config_text
 from configs.train import InvalidMovesConfig
 from marl.trainer import Trainer
+from orchestrator.play import PlayReport
 
 
 class Stubborn:
@@ -81,8 +82,37 @@ def test_penalty_plays_a_random_legal_move_and_keeps_the_game_returns_apart() ->
     for ep in episodes:
         assert not ep.forfeits and sum(ep.returns.values()) == 0  # the game's own payoffs
         for t in ep.turns:
-            assert not t.parsed and t.legal and t.action is not None
+            assert not t.parsed and not t.legal and t.action is not None  # legal: no forfeit
             assert t.format_reward == -0.5
+
+
+class Fixated:
+    """Names the first move it was ever shown, long after that cell is taken."""
+
+    def __init__(self) -> None:
+        self.move: str | None = None
+
+    def act(self, requests: list[Request]) -> list[Response]:
+        self.move = self.move or requests[0].action_texts[0]
+        return [Response(text=self.move) for _ in requests]
+
+
+def test_penalty_keeps_an_illegal_answer_counted_as_illegal() -> None:
+    """The substituted move is played; the turn still says the answer was illegal, so the
+    play report and the trainer's ``illegal_move_rate`` count it."""
+    policy = Fixated()
+    seats = {s: Agent(s, "player", policy, "", "free")
+             for s in games.make("tic_tac_toe").possible_agents}
+    engine = RolloutEngine(lambda: games.make("tic_tac_toe"), lambda i: seats,
+                           invalid=InvalidMovesConfig(handling="penalty", penalty=0.5))
+    (ep,) = engine.play(1)
+    first, *rest = ep.turns
+    assert first.parsed and first.legal and first.format_reward == 0.0
+    assert rest and all(t.parsed and not t.legal and t.format_reward == -0.5 for t in rest)
+    assert len({t.action for t in ep.turns}) == len(ep.turns) and not ep.forfeits
+    report = PlayReport()
+    report.add(ep, {"player_0", "player_1"})
+    assert report.illegal_moves == len(rest) and report.parse_errors == 0
 
 
 def _free_team(handling: str) -> str:
@@ -103,6 +133,9 @@ def test_training_step_on_the_tiny_model(tmp_path: Path, handling: str) -> None:
     assert m["parse_error_rate"] > 0.5
     penalised = [t for ep in res.episodes for t in ep.turns if t.format_reward]
     assert m["format_penalties"] == len(penalised)
+    turns = [t for ep in res.episodes for t in ep.turns]
+    assert m["illegal_move_rate"] == pytest.approx(
+        sum(t.parsed and not t.legal for t in turns) / len(turns))
     if handling == "forfeit":
         assert not penalised
     else:
