@@ -145,7 +145,8 @@ def _vllm(role: RoleConfig, ctx: BuildContext) -> Policy:
     return make_policy("vllm", engine=ctx.hosts[key], host=host, adapter=adapter,
                        mode=dec.mode, temperature=dec.temperature,
                        max_new_tokens=dec.max_new_tokens, top_p=dec.top_p,
-                       max_prompt_tokens=dec.max_prompt_tokens, seed=ctx.seed)
+                       max_prompt_tokens=dec.max_prompt_tokens, seed=ctx.seed,
+                       think_tokens=dec.think_tokens, think_prompt=dec.think_prompt)
 
 
 ROLE_BUILDERS: dict[str, Callable[[RoleConfig, BuildContext], Policy]] = {

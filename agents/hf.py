@@ -542,6 +542,48 @@ THINK_SEPARATOR = "\nMove: "
 MODES = ("free", "choice", "think")
 
 
+def role_prompts(host: ModelHost, requests: list[Request], max_prompt_tokens: int,
+                 think_prompt: str = "") -> tuple[list[list[int]], list[bool]]:
+    """Each request's prompt ids (``think_prompt`` after its last message, when given) and
+    whether it was truncated: how every local backend builds its prompts."""
+    out = []
+    for r in requests:
+        messages = r.messages
+        if think_prompt:
+            last = messages[-1]
+            messages = [*messages[:-1], {**last, "content": f"{last['content']}\n{think_prompt}"}]
+        out.append(host.prompt_ids(messages, max_prompt_tokens))
+    prompts, cut = zip(*out, strict=True)
+    return list(prompts), list(cut)
+
+
+def think_contexts(host: ModelHost, prompts: list[list[int]], reasoning: list[list[int]]
+                   ) -> list[list[int]]:
+    """What each choice is scored after: prompt, reasoning (its end-of-sequence token
+    dropped), :data:`THINK_SEPARATOR`."""
+    eos, sep = host.tokenizer.eos_token_id, host.text_ids(THINK_SEPARATOR)
+    return [p + (r[:-1] if r and r[-1] == eos else r) + sep
+            for p, r in zip(prompts, reasoning, strict=True)]
+
+
+def think_responses(host: ModelHost, requests: list[Request], prompts: list[list[int]],
+                    reasoning: list[list[int]], logps: list[list[float]],
+                    contexts: list[list[int]], cands: list[list[list[int]]],
+                    scores: list[list[float]], cut: list[bool], temperature: float,
+                    rng: random.Random) -> list[Response]:
+    """A choice sampled after each reasoning; the response carries the reasoning's and the
+    choice's log-probs for the learner, and both in its text for transcripts."""
+    out = []
+    for req, p, r, lp, ctx, cs, s, t in zip(requests, prompts, reasoning, logps, contexts,
+                                            cands, scores, cut, strict=True):
+        picked = choice_response(req, p, cs, s, temperature, rng, t)
+        text = host.tokenizer.decode(r, skip_special_tokens=True).strip()
+        out.append(dataclasses.replace(
+            picked, text=f"{text}{THINK_SEPARATOR}{picked.text}", completion_ids=r,
+            logprobs=lp + picked.logprobs, choice_prompt_ids=ctx))
+    return out
+
+
 class HFPolicy:
     """One role on a :class:`ModelHost`: its adapter (or none) and its decoding settings."""
 
@@ -579,18 +621,8 @@ class HFPolicy:
         return autocast(self.precision, self.host.device)
 
     def _prompts(self, requests: list[Request]) -> tuple[list[list[int]], list[bool]]:
-        """Each request's prompt ids (the think prompt after its last message when this
-        policy reasons) and whether it was truncated."""
-        out = []
-        for r in requests:
-            messages = r.messages
-            if self.reasons and self.think_prompt:
-                last = messages[-1]
-                messages = [*messages[:-1], {**last, "content": f"{last['content']}\n"
-                                                                f"{self.think_prompt}"}]
-            out.append(self.host.prompt_ids(messages, self.max_prompt_tokens))
-        prompts, cut = zip(*out, strict=True)
-        return list(prompts), list(cut)
+        return role_prompts(self.host, requests, self.max_prompt_tokens,
+                            self.think_prompt if self.reasons else "")
 
     def act(self, requests: list[Request]) -> list[Response]:
         if not requests:
@@ -630,26 +662,15 @@ class HFPolicy:
         scored after: prompt, reasoning (its end-of-sequence token dropped), separator."""
         reasoning, logps = self.host.generate(prompts, self.think_tokens, self.temperature,
                                               self.top_p, self._seed())
-        eos, sep = self.host.tokenizer.eos_token_id, self.host.text_ids(THINK_SEPARATOR)
-        contexts = [p + (r[:-1] if r and r[-1] == eos else r) + sep
-                    for p, r in zip(prompts, reasoning, strict=True)]
-        return reasoning, logps, contexts
+        return reasoning, logps, think_contexts(self.host, prompts, reasoning)
 
     def _think(self, requests: list[Request], prompts: list[list[int]],
                cut: list[bool]) -> list[Response]:
         """Reason, then choose after the reasoning; both parts' log-probs go to the learner."""
         reasoning, logps, contexts = self._reason(prompts)
         cands, scores = self._scores(requests, contexts)
-        tok = self.host.tokenizer
-        out = []
-        for req, p, r, lp, ctx, cs, s, t in zip(requests, prompts, reasoning, logps, contexts,
-                                                cands, scores, cut, strict=True):
-            picked = choice_response(req, p, cs, s, self.temperature, self.rng, t)
-            text = tok.decode(r, skip_special_tokens=True).strip()
-            out.append(dataclasses.replace(
-                picked, text=f"{text}{THINK_SEPARATOR}{picked.text}", completion_ids=r,
-                logprobs=lp + picked.logprobs, choice_prompt_ids=ctx))
-        return out
+        return think_responses(self.host, requests, prompts, reasoning, logps, contexts, cands,
+                               scores, cut, self.temperature, self.rng)
 
     def probabilities(self, requests: list[Request]) -> list[list[float]]:
         """The choice distribution over each request's legal actions: how table policies

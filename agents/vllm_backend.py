@@ -14,7 +14,8 @@ in-place version counters tell), in one of two ways:
 
 Free decoding returns each sampled token's log-prob (``logprobs_mode`` processed: after the
 temperature, as the learner recomputes them); ``choice`` decoding scores prompt + candidate
-through ``prompt_logprobs`` and samples with :func:`~agents.policy.choice_response`.
+through ``prompt_logprobs`` and samples with :func:`~agents.policy.choice_response`; ``think``
+decoding samples the reasoning as free decoding does, then chooses as ``choice`` does after it.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any
 
 import torch
 
-from agents.hf import ModelHost
+from agents.hf import MODES, ModelHost, role_prompts, think_contexts, think_responses
 from agents.policy import Request, Response, choice_response, greedy, register_backend
 from agents.precision import resolve
 
@@ -155,12 +156,14 @@ class VLLMPolicy:
 
     def __init__(self, engine: VLLMEngine, host: ModelHost, adapter: str | None = None,
                  mode: str = "free", temperature: float = 1.0, max_new_tokens: int = 64,
-                 top_p: float = 1.0, max_prompt_tokens: int = 1024, seed: int = 0) -> None:
-        if mode not in ("free", "choice"):
-            raise ValueError(f"decoding mode must be 'free' or 'choice', got {mode!r}")
+                 top_p: float = 1.0, max_prompt_tokens: int = 1024, seed: int = 0,
+                 think_tokens: int = 48, think_prompt: str = "") -> None:
+        if mode not in MODES:
+            raise ValueError(f"decoding mode must be one of {', '.join(MODES)}, got {mode!r}")
         self.engine, self.host, self.adapter, self.mode = engine, host, adapter, mode
         self.temperature, self.max_new_tokens, self.top_p = temperature, max_new_tokens, top_p
         self.max_prompt_tokens = max_prompt_tokens
+        self.think_tokens, self.think_prompt = think_tokens, think_prompt
         self.rng = random.Random(seed)
 
     def reseed(self, seed: int) -> None:
@@ -169,11 +172,29 @@ class VLLMPolicy:
     def act(self, requests: list[Request]) -> list[Response]:
         if not requests:
             return []
-        prompts, cut = zip(*(self.host.prompt_ids(r.messages, self.max_prompt_tokens)
-                             for r in requests), strict=True)
+        reasons = self.mode == "think" and self.think_tokens > 0
+        prompts, cut = role_prompts(self.host, requests, self.max_prompt_tokens,
+                                    self.think_prompt if reasons else "")
         lora = self.engine.activate(self.host, self.adapter)
-        if self.mode == "choice":
-            return self._choose(requests, list(prompts), list(cut), lora)
+        if reasons:
+            reasoning, logps = self._sample(prompts, self.think_tokens, lora)
+            contexts = think_contexts(self.host, prompts, reasoning)
+            cands = [[self.host.text_ids(t) for t in r.action_texts] for r in requests]
+            return think_responses(self.host, requests, prompts, reasoning, logps, contexts,
+                                   cands, self.scores(contexts, cands, lora), cut,
+                                   self.temperature, self.rng)
+        if self.mode != "free":
+            return self._choose(requests, prompts, cut, lora)
+        completions, logps = self._sample(prompts, self.max_new_tokens, lora)
+        # decoded as the hf backend does (vLLM's text holds back unfinished UTF-8)
+        return [Response(text=self.host.tokenizer.decode(ids, skip_special_tokens=True),
+                         prompt_ids=p, completion_ids=ids, logprobs=lps, truncated_prompt=t,
+                         temperature=self.temperature)
+                for p, ids, lps, t in zip(prompts, completions, logps, cut, strict=True)]
+
+    def _sample(self, prompts: list[list[int]], max_tokens: int, lora: Any
+                ) -> tuple[list[list[int]], list[list[float]]]:
+        """Up to ``max_tokens`` sampled tokens per prompt and their log-probs."""
         from vllm import SamplingParams
 
         argmax = greedy(self.temperature)
@@ -186,17 +207,13 @@ class VLLMPolicy:
             seed = None
         params = SamplingParams(temperature=0.0 if argmax else self.temperature,
                                 top_p=1.0 if argmax else self.top_p,
-                                max_tokens=self.max_new_tokens, logprobs=0, seed=seed)
-        outs = self.engine.generate(list(prompts), params, lora)
-        res = []
-        for p, o, t in zip(prompts, outs, cut, strict=True):
-            ids = list(o.outputs[0].token_ids)
-            lps = [step[i].logprob for i, step in zip(ids, o.outputs[0].logprobs, strict=True)]
-            # decoded as the hf backend does (vLLM's text holds back unfinished UTF-8)
-            text = self.host.tokenizer.decode(ids, skip_special_tokens=True)
-            res.append(Response(text=text, prompt_ids=p, completion_ids=ids, logprobs=lps,
-                                truncated_prompt=t, temperature=self.temperature))
-        return res
+                                max_tokens=max_tokens, logprobs=0, seed=seed)
+        ids, lps = [], []
+        for o in self.engine.generate(prompts, params, lora):
+            ids.append(list(o.outputs[0].token_ids))
+            lps.append([step[i].logprob
+                        for i, step in zip(ids[-1], o.outputs[0].logprobs, strict=True)])
+        return ids, lps
 
     def scores(self, prompts: list[list[int]], cands: list[list[list[int]]],
                lora: Any) -> list[list[float]]:

@@ -237,9 +237,6 @@ class RoleConfig(StrictModel):
         if self.backend == "openai" and self.decoding.mode != "free":
             problems.append((("decoding", "mode"), "the openai backend samples text and cannot "
                                                    "score candidates; use mode 'free'"))
-        if self.backend == "vllm" and self.decoding.mode == "think":
-            problems.append((("decoding", "mode"), "think decoding runs on backend 'hf' only; "
-                                                   "use backend 'hf' or mode 'choice'"))
         if self.defer is not None and self.backend not in LOCAL_BACKENDS:
             problems.append((("defer",), f"backend {self.backend!r} cannot learn when to "
                                          "defer; use backend hf or vllm"))

@@ -195,8 +195,10 @@ def test_without_reasoning_it_is_the_choice_mode_figure(host: ModelHost) -> None
 
 
 def test_think_is_refused_where_it_cannot_run() -> None:
-    with pytest.raises(ValidationError, match="think decoding runs on backend 'hf' only"):
-        RoleConfig.model_validate({"name": "p", "backend": "vllm",
+    with pytest.raises(ValidationError, match="the openai backend samples text and cannot "
+                                              "score candidates"):
+        RoleConfig.model_validate({"name": "p", "backend": "openai", "model": "m",
+                                   "endpoint": {"base_url": "http://127.0.0.1:1/v1"},
                                    "decoding": {"mode": "think"}})
     with pytest.raises(ValidationError, match="cannot score candidates"):
         RoleConfig.model_validate({"name": "p", "backend": "openai",

@@ -23,7 +23,7 @@ if os.environ.get("MARL_REQUIRE_VLLM") == "1":
 else:
     pytest.importorskip("vllm", reason=f"vLLM is not installed: {_INSTALL}")
 
-from agents.hf import HFPolicy, ModelHost  # noqa: E402
+from agents.hf import THINK_SEPARATOR, HFPolicy, ModelHost  # noqa: E402
 from agents.models import MODEL_REGISTRY, ensure_cached, load_model  # noqa: E402
 from agents.policy import Request  # noqa: E402
 from agents.vllm_backend import VLLMEngine, VLLMPolicy  # noqa: E402
@@ -107,6 +107,32 @@ def test_weights_pushed_after_an_update_change_the_outputs(engine: VLLMEngine,
         sum(HFPolicy(host, None, mode="choice").probabilities(reqs), []), abs=TOL)
 
 
+def test_think_reasons_on_the_engine_and_chooses_as_the_hf_policy_would(
+        engine: VLLMEngine, host: ModelHost) -> None:
+    """Reasoning sampled on vLLM, log-probs as the learner recomputes them in its one pass,
+    the choice distribution as transformers scores it after that reasoning."""
+    perturb(host, 4)
+    reqs = requests(3)
+    policy = VLLMPolicy(engine, host, "player", mode="think", temperature=1.0,
+                        think_tokens=5, think_prompt="Think first.")
+    out = policy.act(reqs)
+    with torch.no_grad(), host.use("player"):
+        per, _, scores = host.reasoned_stats(
+            [r.prompt_ids for r in out], [r.completion_ids for r in out],
+            [r.choice_prompt_ids for r in out], [r.candidate_ids for r in out], 1.0)
+    sep = host.text_ids(THINK_SEPARATOR)
+    for req, r, lp, s in zip(reqs, out, per, scores, strict=True):
+        assert "Think first." in host.tokenizer.decode(r.prompt_ids)
+        assert 1 <= len(r.completion_ids) <= 5 and len(r.logprobs) == len(r.completion_ids) + 1
+        assert r.choice_prompt_ids[: len(r.prompt_ids)] == r.prompt_ids
+        assert r.choice_prompt_ids[-len(sep):] == sep
+        assert torch.allclose(torch.tensor(r.logprobs[:-1]), lp, atol=TOL)
+        logpi = torch.log_softmax(s, 0)
+        assert r.action_probs == pytest.approx(logpi.exp().tolist(), abs=TOL)
+        assert r.logprobs[-1] == pytest.approx(float(logpi[r.choice]), abs=TOL)
+        assert r.text.endswith(THINK_SEPARATOR + req.action_texts[r.choice])
+
+
 def probs(responses) -> list[float]:
     return [p for r in responses for p in r.action_probs]
 
@@ -116,11 +142,15 @@ schema: marl-teams/v1
 name: vllm-test
 roles:
   - name: player
-    count: 2
     model: {MODEL}
     backend: vllm
     adapter: {{}}
     decoding: {{mode: choice}}
+  - name: thinker
+    model: {MODEL}
+    backend: vllm
+    adapter: {{}}
+    decoding: {{mode: think, think_tokens: 4}}
 game: {{name: kuhn_poker}}
 train:
   steps: 2
@@ -133,6 +163,7 @@ train:
 
 
 def test_marl_train_runs_two_steps_on_a_vllm_role(tmp_path: Path) -> None:
+    """A choice role and a think role on one engine, trained together."""
     cfg = tmp_path / "team.yaml"
     cfg.write_text(TEAM)
     env = {**os.environ, "VLLM_CACHE_ROOT": str(tmp_path / "vllm-cache"), "COLUMNS": "120"}
@@ -145,3 +176,5 @@ def test_marl_train_runs_two_steps_on_a_vllm_role(tmp_path: Path) -> None:
     learner = rows[-1]["learner"][MODEL]
     assert learner["grad_norm"] > 0
     assert learner["mismatch"] < TOL  # float32 engine: its log-probs are the learner's
+    moved = {k.split("/")[0] for k, v in learner["agent_grad_norms"].items() if v > 0}
+    assert moved == {"player", "thinker"}
