@@ -91,7 +91,9 @@ def sampled_report(read: Callable[[Positions], list[dict]], game: str, samples: 
         raise ValueError(f"samples must be >= 1, got {samples}")
     positioned = info_state_envs(game)
     positions = list(positioned.values())
-    draws = list(zip(*(read(positions) for _ in range(samples)), strict=True))
+    n = len(positions)
+    flat = read(positions * samples)  # one pass over all the draws: full batches
+    draws = [[flat[j * n + i] for j in range(samples)] for i in range(n)]
     keys = list(positioned)
     table = {k: _mean(list(d)) for k, d in zip(keys, draws, strict=True)}
     rng = np.random.default_rng(seed)

@@ -69,3 +69,31 @@ def test_training_logs_exploitability_from_the_untrained_policy_on(tmp_path: Pat
     assert [r["step"] for r in rows] == [0, 1, 2]
     assert "eval" in rows[0] and "eval" not in rows[1] and "eval" in rows[2]
     assert 0 < rows[0]["eval"]["exploitability"] < 2
+
+
+def test_a_sampled_table_averages_each_states_own_draws() -> None:
+    """Every information state's K draws, and only its own, make its mean: draws that
+    alternate around a per-state value give that value exactly."""
+    from games.analysis import info_state_envs
+    from orchestrator.evaluation import sampled_report
+
+    keys = sorted(info_state_envs("kuhn_poker"))
+    value = {k: 0.1 + 0.05 * i for i, k in enumerate(keys)}
+    seen: dict[str, int] = {}
+
+    def read(positions: list) -> list[dict]:
+        out = []
+        for env, who in positions:
+            text = env.text_observation(who)
+            key = next(k for k, (e, w) in state_envs.items()
+                       if e.text_observation(w) == text)
+            seen[key] = seen.get(key, 0) + 1
+            x = value[key] + (0.05 if seen[key] % 2 else -0.05)
+            first, second = env.legal_actions(who)
+            out.append({first: x, second: 1 - x})
+        return out
+
+    state_envs = info_state_envs("kuhn_poker")
+    report = sampled_report(read, "kuhn_poker", samples=4, resamples=5)
+    assert set(seen.values()) == {4}
+    assert {k: min(row.items())[1] for k, row in report.table.items()} == pytest.approx(value)
