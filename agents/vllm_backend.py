@@ -179,7 +179,7 @@ class VLLMPolicy:
         if reasons:
             reasoning, logps = self._sample(prompts, self.think_tokens, lora)
             contexts = think_contexts(self.host, prompts, reasoning)
-            cands = [[self.host.text_ids(t) for t in r.action_texts] for r in requests]
+            cands = self._candidates(requests)
             return think_responses(self.host, requests, prompts, reasoning, logps, contexts,
                                    cands, self.scores(contexts, cands, lora), cut,
                                    self.temperature, self.rng)
@@ -215,6 +215,9 @@ class VLLMPolicy:
                         for i, step in zip(ids[-1], o.outputs[0].logprobs, strict=True)])
         return ids, lps
 
+    def _candidates(self, requests: list[Request]) -> list[list[list[int]]]:
+        return [[self.host.text_ids(t) for t in r.action_texts] for r in requests]
+
     def scores(self, prompts: list[list[int]], cands: list[list[list[int]]],
                lora: Any) -> list[list[float]]:
         """``log p(candidate | prompt)`` of every candidate, from one batched prefill."""
@@ -234,7 +237,7 @@ class VLLMPolicy:
 
     def _choose(self, requests: list[Request], prompts: list[list[int]], cut: list[bool],
                 lora: Any) -> list[Response]:
-        cands = [[self.host.text_ids(t) for t in r.action_texts] for r in requests]
+        cands = self._candidates(requests)
         scores = self.scores(prompts, cands, lora)
         return [choice_response(req, p, cs, s, self.temperature, self.rng, t)
                 for req, p, cs, s, t in zip(requests, prompts, cands, scores, cut, strict=True)]
