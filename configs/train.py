@@ -100,6 +100,21 @@ class MagnetConfig(StrictModel):
                                                     "(1 - g) magnet + g policy (1: a copy).")
 
 
+class PolicyTargetConfig(StrictModel):
+    """Replace the GRPO step by magnetic mirror descent's closed-form step, fitted: per
+    information state of the batch, pi_target from the policy, the magnet and the estimated
+    action values, then ``fit_steps`` optimiser steps on KL(pi_target || pi)
+    (docs/algorithms.md#policy-targets).  Choice decoding, advantages grouped by state, in
+    reward units."""
+
+    eta: Float = Field(0.0, ge=0, le=1e6,
+                       description="Step size of the closed-form step (on action values in "
+                                   "reward units); 0: off (the GRPO step).")
+    fit_steps: Int = Field(10, ge=1, le=10_000,
+                           description="Optimiser steps on KL(pi_target || pi) per training "
+                                       "step.")
+
+
 class TrainConfig(StrictModel):
     """Multi-agent GRPO settings."""
 
@@ -179,11 +194,24 @@ class TrainConfig(StrictModel):
                                                  "steps where the game supports it; 0: off.")
     loggers: list[Literal["jsonl", "wandb"]] = Field(default_factory=lambda: ["jsonl"])
     magnet: MagnetConfig = Field(default_factory=MagnetConfig)
+    policy_target: PolicyTargetConfig = Field(default_factory=PolicyTargetConfig)
     league: LeagueConfig = Field(default_factory=LeagueConfig)
     ray: RayConfig = Field(default_factory=RayConfig)
     learner: LearnerConfig = Field(default_factory=LearnerConfig)
     mismatch: MismatchConfig = Field(default_factory=MismatchConfig)
     invalid_moves: InvalidMovesConfig = Field(default_factory=InvalidMovesConfig)
+
+    @model_validator(mode="after")
+    def _target_estimates(self) -> TrainConfig:
+        want = {"advantage": ("agent_wise", "global"), "group_by": ("state",),
+                "advantage_scale": ("none",), "common_mode": (0.0,)}
+        bad = [k for k, ok in want.items() if getattr(self, k) not in ok]
+        if self.policy_target.eta > 0 and bad:
+            raise ValueError("policy_target reads each state's action values off the "
+                             "advantages (a return minus its state's mean, in reward units): "
+                             "it needs advantage agent_wise or global, group_by: state, "
+                             f"advantage_scale: none and common_mode: 0 (check {bad})")
+        return self
 
     @model_validator(mode="after")
     def _fp16_on_gpu(self) -> TrainConfig:

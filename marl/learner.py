@@ -17,6 +17,10 @@ With ``magnet = alpha > 0`` each trained adapter has a frozen twin ``<role>@magn
 host (magnetic mirror descent, docs/algorithms.md#magnet-schedule): the loss adds
 ``alpha * KL(pi || magnet)``, exact over the legal actions in choice decoding.  It starts equal
 to the adapter; the trainer moves it (:meth:`Learner.set_magnet`).
+
+With ``target_eta > 0`` (choice decoding) an update is not a GRPO step: every information
+state of the batch gets MMD's closed-form target from the policy, the magnet and its action
+values (:mod:`marl.targets`), and ``fit_steps`` optimizer steps fit the policy to those targets.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from agents.precision import autocast
 from configs import TeamConfig
 from marl.loss import exact_kl, grpo_loss, k3
 from marl.optim import Optimizer, OptimizerFactory, TorchAdamW
+from marl.targets import action_values, mmd_target, target_kl
 
 
 @dataclass
@@ -82,6 +87,7 @@ class UpdateStats:
     skipped: bool = False
     mismatch: float | None = None  # mean |log pi_engine - log pi_learner| (corrections only)
     kl_magnet: float = 0.0
+    fit_residual: float | None = None  # policy targets: KL(target || pi) after the fit
 
 
 def magnet_adapter(adapter: str) -> str:
@@ -133,6 +139,12 @@ class _GradTap:
             h.remove()
 
 
+def _state_key(it: TrainItem) -> tuple:
+    """What identifies a choice decision's information state on its adapter."""
+    return (it.adapter, tuple(it.prompt_ids), tuple(map(tuple, it.candidate_ids)),
+            it.temperature)
+
+
 class Learner:
     """Owns the optimizer of the given adapters on ``host``."""
 
@@ -140,7 +152,8 @@ class Learner:
                  clip_high: float = 0.28, kl: float = 0.0, entropy: float = 0.0,
                  max_grad_norm: float = 1.0, micro_batch: int = 16, epochs: int = 1,
                  precision: str = "fp32", optimizer: OptimizerFactory = TorchAdamW,
-                 correction: str = "none", tis_cap: float = 2.0, magnet: float = 0.0) -> None:
+                 correction: str = "none", tis_cap: float = 2.0, magnet: float = 0.0,
+                 target_eta: float = 0.0, fit_steps: int = 10) -> None:
         if epochs < 1:
             raise ValueError(f"epochs must be >= 1, got {epochs}")
         autocast(precision, host.device)  # refuses what this device cannot compute in, now
@@ -160,6 +173,7 @@ class Learner:
         self.optimizer: Optimizer = optimizer(host.model, self.params, lr=lr,
                                               max_grad_norm=max_grad_norm)
         self.magnet = magnet
+        self.target_eta, self.fit_steps = target_eta, fit_steps
         if magnet > 0:
             self._add_magnets()
 
@@ -305,6 +319,8 @@ class Learner:
         if lr is not None:
             self.optimizer.set_lr(lr)
         items = [it for it in items if it.completion_ids or it.candidate_ids]
+        if self.target_eta > 0:
+            return self._fit(items)
         n_total = sum(it.tokens for it in items)
         mismatch = None
         if self.correction != "none" and items:
@@ -375,6 +391,77 @@ class Learner:
             return UpdateStats(totals["loss"], norm, agent_norms, 0, 0, 0, n_total, skipped=True)
         return UpdateStats(totals["loss"], norm, agent_norms, totals["clip"], totals["kl"],
                            totals["ent"], n_total, kl_magnet=totals["kl_magnet"])
+
+    # ----- policy targets: MMD's closed-form step, fitted
+    def _fit(self, items: list[TrainItem]) -> UpdateStats:
+        """Targets for the batch's information states, then ``fit_steps`` clipped optimizer
+        steps on their mean KL(target || pi); ``loss`` is the KL before the fit (the step's
+        size), ``fit_residual`` after it."""
+        if any(it.kind != "choice" for it in items):
+            raise ValueError("policy targets need choice decoding")
+        keys = [_state_key(it) for it in items]
+        states: dict[tuple, TrainItem] = {}
+        for key, it in zip(keys, items, strict=True):
+            states.setdefault(key, it)
+        q = action_values(keys, [it.choice for it in items], [it.advantage for it in items],
+                          [len(it.candidate_ids) for it in items])
+        by_adapter: dict[str, list[tuple]] = defaultdict(list)
+        for key in states:
+            by_adapter[key[0]].append(key)
+        targets, kl_mag, ent = {}, [], []
+        with torch.no_grad(), autocast(self.precision, self.host.device):
+            for adapter, group in by_adapter.items():
+                reps = [states[k] for k in group]
+                with self.host.use(adapter):
+                    logp = self._choice_dists(reps)
+                rho = self._magnet_logp(reps) if self.magnet > 0 else [torch.zeros_like(lp)
+                                                                       for lp in logp]
+                for k, lp, r in zip(group, logp, rho, strict=True):
+                    qk = torch.tensor(q[k], device=lp.device)
+                    targets[k] = mmd_target(lp.float(), r.float(), qk, self.target_eta,
+                                            self.magnet)
+                    kl_mag.append(float(exact_kl(lp.float(), r.float())))
+                    ent.append(float(-(lp.exp() * lp).sum()))
+        n = len(states)
+        first = float("nan")
+        agent_norms: dict[str, float] = {}
+        norm = 0.0
+        for i in range(self.fit_steps):
+            self.optimizer.zero_grad()
+            total = 0.0
+            self.host.model.train()
+            try:
+                for adapter, group in sorted(by_adapter.items()):
+                    with (self.host.use(adapter),
+                          _GradTap(self.params, lambda: self.optimizer.loss_scale) as tap):
+                        for chunk in self._chunks([states[k] for k in group]):
+                            with autocast(self.precision, self.host.device):
+                                dists = self._choice_dists(chunk)
+                                loss = torch.stack([
+                                    target_kl(lp.float(), targets[_state_key(it)])
+                                    for it, lp in zip(chunk, dists, strict=True)]).sum() / n
+                            if not torch.isfinite(loss):
+                                self.optimizer.discard()
+                                return UpdateStats(float("nan"), float("nan"), {}, 0, 0, 0,
+                                                   len(items), skipped=True)
+                            self.optimizer.backward(loss)
+                            total += float(loss.detach())
+                    agent_norms[adapter] = math.sqrt(tap.squared_norm())
+            finally:
+                self.host.model.eval()
+            norm = self.optimizer.step()
+            if not math.isfinite(norm):
+                return UpdateStats(total, norm, agent_norms, 0, 0, 0, len(items), skipped=True)
+            first = total if i == 0 else first
+        with torch.no_grad(), autocast(self.precision, self.host.device):
+            residual = 0.0
+            for adapter, group in by_adapter.items():
+                with self.host.use(adapter):
+                    dists = self._choice_dists([states[k] for k in group])
+                residual += sum(float(target_kl(lp.float(), targets[k]))
+                                for k, lp in zip(group, dists, strict=True)) / n
+        return UpdateStats(first, norm, agent_norms, 0.0, 0.0, sum(ent) / n, len(items),
+                           kl_magnet=sum(kl_mag) / n, fit_residual=residual)
 
     # ----- state for workers and checkpoints
     def weights(self) -> dict[str, dict[str, torch.Tensor]]:

@@ -96,7 +96,9 @@ class LearnerProcess:
                                optimizer=make_optimizer(tc.learner.backend,
                                                         tc.learner.zero_stage, tc.precision),
                                correction=mismatch_correction(team, roles),
-                               tis_cap=tc.mismatch.cap, magnet=tc.magnet.alpha)
+                               tis_cap=tc.mismatch.cap, magnet=tc.magnet.alpha,
+                               target_eta=tc.policy_target.eta,
+                               fit_steps=tc.policy_target.fit_steps)
 
     def update(self, items: list[TrainItem], seed: int, lr: float | None = None) -> UpdateStats:
         torch.manual_seed(seed)

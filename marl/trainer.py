@@ -141,6 +141,12 @@ def check_compatible(cfg: TeamConfig) -> None:
     if tc.magnet.alpha > 0 and tc.learner.backend == "deepspeed" and tc.learner.zero_stage == 3:
         raise TrainingError("train.magnet needs the magnet's adapter whole on the learner: use "
                             "ZeRO stage 1 or 2, or the torch backend")
+    if tc.policy_target.eta > 0:
+        trained = {r for roles in trainable_hosts(cfg).values() for r in roles}
+        free = [r.name for r in cfg.roles if r.name in trained and r.decoding.mode != "choice"]
+        if free:
+            raise TrainingError(f"train.policy_target fits distributions over the legal "
+                                f"actions: roles {free} need decoding.mode: choice")
     if tc.learner.backend == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
         raise TrainingError("train.learner.backend is deepspeed but DeepSpeed is not installed: "
                             "pip install 'marl-teams[deepspeed]'")
@@ -334,7 +340,9 @@ class Trainer:
                             "entropy": s.entropy, "clip_frac": s.clip_frac,
                             "agent_grad_norms": s.agent_grad_norms, "skipped": s.skipped,
                             **({} if s.mismatch is None else {"mismatch": s.mismatch}),
-                            **({"kl_to_magnet": s.kl_magnet} if self.magnet is not None else {})}
+                            **({"kl_to_magnet": s.kl_magnet} if self.magnet is not None else {}),
+                            **({} if s.fit_residual is None
+                               else {"fit_residual": s.fit_residual})}
                         for k, s in stats.items()}
         return m
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import random
 import sys
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +45,7 @@ from games.analysis import exploitability, info_states  # noqa: E402
 from games.registry import make  # noqa: E402
 from marl.advantages import Samples, make_estimator, remove_common_mode  # noqa: E402
 from marl.loss import exact_kl, grpo_loss, k3  # noqa: E402
+from marl.targets import action_values, mmd_target, target_kl  # noqa: E402
 
 GAME = "kuhn_poker"
 
@@ -69,6 +71,9 @@ class Variant:
     grow: float = 1.0           # k <- grow * k after every magnet move
     warm: int = 0               # first `warm` steps: c = 1, lr warm_lr, no magnet; then the
     warm_lr: float = 0.1        # magnet starts as a copy of the policy (a warm start)
+    target: float = 0.0         # eta of MMD's closed-form step (train.policy_target), fitted
+    fit: int = 20               # by this many optimiser steps on KL(target || pi); 0: off
+    visits: bool = False        # eta per state x its share of the decisions / the mean share
 
 
 VARIANTS = [
@@ -139,6 +144,21 @@ MAGNET_VARIANTS = [
               every=100, mix=0.5, scale="none", kappa=kappa, **{**M, "lr": 0.02,
                                                                  "common_mode": c})
       for kappa in (30, 100) for c in (0.0, 0.5, 0.9)],
+    # MMD's closed-form step fitted by the policy (train.policy_target): the fit moves the
+    # card-specific part as far as the target asks, however strongly the cards are coupled
+    *[Variant((f"coupled x{kappa}" if kappa else "uncoupled") + f", target: eta {eta}, "
+              f"alpha {a}, k {k}, g {g}, fit {fit}", magnet=a, every=k, mix=g,
+              kappa=kappa, target=eta, fit=fit, **{**M, "lr": 0.05})
+      for kappa in (0, 100) for eta, a, k, g, fit in (
+          (0.5, 1.0, 10, 0.5, 20), (1.0, 1.0, 10, 0.5, 20), (1.0, 0.5, 10, 0.5, 20),
+          (2.0, 0.5, 10, 0.5, 20), (1.0, 1.0, 25, 0.5, 20), (0.5, 1.0, 25, 0.5, 20),
+          (1.0, 1.0, 10, 0.5, 5), (1.0, 1.0, 10, 0.5, 50), (1.0, 0.5, 20, 1.0, 10),
+          (0.5, 0.5, 20, 1.0, 10), (1.0, 0.5, 30, 1.0, 10), (0.3, 0.5, 30, 1.0, 10))],
+    *[Variant((f"coupled x{kappa}" if kappa else "uncoupled") + f", visit-weighted target: "
+              f"eta {eta}, alpha {a}, k {k}, g {g}, fit 10", magnet=a, every=k, mix=g,
+              kappa=kappa, target=eta, fit=10, visits=True, **{**M, "lr": 0.05})
+      for kappa in (0, 100) for eta, a, k, g in (
+          (1.0, 0.5, 20, 1.0), (0.5, 0.5, 20, 1.0), (1.0, 0.5, 10, 0.5), (2.0, 0.5, 20, 1.0))],
 ]
 
 
@@ -223,21 +243,11 @@ def run(v: Variant, seed: int, steps: int, games: int, lr: float) -> list[float]
                     choices=[r[2] for r in rows], probs=[r[3] for r in rows])
         adv = (remove_common_mode(warm_estimate(s).values, s, 1.0) if warming
                else remove_common_mode(estimate(s).values, s, v.common_mode))
-        logp_all = torch.log_softmax(policy.logits()[[policy.keys[r[1]] for r in rows]], 1)
-        logp = logp_all[torch.arange(len(rows)), [r[2] for r in rows]][:, None]
-        entropy = -(logp_all.exp() * logp_all).sum(1)
-        rho = magnet[[policy.keys[r[1]] for r in rows]]
-        mag_kl = (exact_kl(logp_all, rho)[:, None] if v.exact
-                  else k3(logp, rho[torch.arange(len(rows)), [r[2] for r in rows]][:, None]))
-        parts = grpo_loss(logp, logp.detach(), torch.tensor(adv, dtype=torch.float32),
-                          torch.ones_like(logp), entropy=entropy, entropy_coef=v.entropy,
-                          magnet_kl=mag_kl, alpha=0.0 if warming else alpha)
-        opt.zero_grad()
-        parts.loss.backward()
-        torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
-        for group in opt.param_groups:
-            group["lr"] = v.warm_lr if warming else schedule.lr_at(step)
-        opt.step()
+        if v.target > 0 and not warming:
+            fit_target(policy, opt, rows, magnet, v)
+        else:
+            gradient_step(policy, opt, rows, adv, magnet, alpha, warming, v,
+                          v.warm_lr if warming else schedule.lr_at(step))
         if v.magnet > 0 and step == next_move:  # in logit space: a geometric mix
             now = torch.log_softmax(policy.logits().detach(), 1)
             magnet = torch.log_softmax((1 - v.mix) * magnet + v.mix * now, 1)
@@ -247,6 +257,45 @@ def run(v: Variant, seed: int, steps: int, games: int, lr: float) -> list[float]
             pool = (pool + [policy.table()])[-8:]
         curve.append(exploitability(GAME, policy.table()))
     return curve
+
+
+def fit_target(policy: TablePolicy, opt, rows: list[tuple], magnet: torch.Tensor,
+               v: Variant) -> None:
+    """MMD's closed-form step on the visited states, then ``v.fit`` steps towards it."""
+    q = action_values([r[1] for r in rows], [r[2] for r in rows], [r[4] for r in rows],
+                      [len(r[3]) for r in rows])
+    idx = [policy.keys[k] for k in q]
+    eta = torch.full((len(q), 1), v.target)
+    if v.visits:
+        n = Counter(r[1] for r in rows)
+        eta = eta * torch.tensor([[n[k] * len(n) / len(rows)] for k in q])
+    with torch.no_grad():
+        logp = torch.log_softmax(policy.logits()[idx], 1)
+        target = mmd_target(logp, magnet[idx], torch.tensor(list(q.values())), eta, v.magnet)
+    for _ in range(v.fit):
+        opt.zero_grad()
+        target_kl(torch.log_softmax(policy.logits()[idx], 1), target).mean().backward()
+        opt.step()
+
+
+def gradient_step(policy: TablePolicy, opt, rows: list[tuple], adv, magnet: torch.Tensor,
+                  alpha: float, warming: bool, v: Variant, lr: float) -> None:
+    """The trainer's GRPO step with the magnet's KL term."""
+    logp_all = torch.log_softmax(policy.logits()[[policy.keys[r[1]] for r in rows]], 1)
+    logp = logp_all[torch.arange(len(rows)), [r[2] for r in rows]][:, None]
+    entropy = -(logp_all.exp() * logp_all).sum(1)
+    rho = magnet[[policy.keys[r[1]] for r in rows]]
+    mag_kl = (exact_kl(logp_all, rho)[:, None] if v.exact
+              else k3(logp, rho[torch.arange(len(rows)), [r[2] for r in rows]][:, None]))
+    parts = grpo_loss(logp, logp.detach(), torch.tensor(adv, dtype=torch.float32),
+                      torch.ones_like(logp), entropy=entropy, entropy_coef=v.entropy,
+                      magnet_kl=mag_kl, alpha=0.0 if warming else alpha)
+    opt.zero_grad()
+    parts.loss.backward()
+    torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
+    for group in opt.param_groups:
+        group["lr"] = lr
+    opt.step()
 
 
 def baseline_table(args, console: Console) -> Table:

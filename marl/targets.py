@@ -1,0 +1,60 @@
+"""Policy targets: magnetic mirror descent's step in closed form, then fitted by the model.
+
+For an information state s with legal actions a, the current policy pi, the magnet rho and
+action values Q(s, a) estimated from the batch (the mean return in reward units after playing
+a at s; an action not played there gets the state's mean, i.e. no advantage), MMD's step with
+the negative-entropy mirror map (Sokota et al., ICLR 2023) has a closed form:
+
+    log pi_target(a) = [ log pi(a) + alpha eta log rho(a) + eta Q(s, a) ] / (1 + alpha eta)
+                       - log Z
+
+The model is then fitted to the table of targets by a few optimiser steps on
+
+    L = mean_s KL(pi_target_s || pi_theta_s)
+
+a supervised loss whose only minimum is the target table, whatever the parametrisation.  A
+policy-gradient step puts its fixed point in the same place, but where the model's features
+tie the information states together (an LLM's "bet" barely depends on its card) the optimiser
+spends the step on what the states share; fitting a target to convergence moves the
+state-specific part as far as the target asks (docs/algorithms.md#policy-targets).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Hashable, Sequence
+
+import torch
+
+
+def action_values(keys: Sequence[Hashable], choices: Sequence[int], rewards: Sequence[float],
+                  n_actions: Sequence[int]) -> dict[Hashable, list[float]]:
+    """Q(s, a) per information state: the mean return of the decisions that played a at s;
+    an action not played there gets the state's mean return."""
+    sums: dict[Hashable, list[float]] = {}
+    counts: dict[Hashable, list[int]] = {}
+    total: dict[Hashable, list[float]] = defaultdict(lambda: [0.0, 0])
+    for key, a, r, n in zip(keys, choices, rewards, n_actions, strict=True):
+        sums.setdefault(key, [0.0] * n)[a] += r
+        counts.setdefault(key, [0] * n)[a] += 1
+        total[key][0] += r
+        total[key][1] += 1
+    values = {}
+    for key, s in sums.items():
+        mean = total[key][0] / total[key][1]
+        values[key] = [s[a] / c if c else mean for a, c in enumerate(counts[key])]
+    return values
+
+
+def mmd_target(logp: torch.Tensor, magnet_logp: torch.Tensor, q: torch.Tensor,
+               eta: float | torch.Tensor, alpha: float) -> torch.Tensor:
+    """log pi_target over the last axis (rows: information states; -inf pads stay -inf);
+    ``eta`` is one step size or one per row ([states, 1])."""
+    z = (logp + alpha * eta * magnet_logp + eta * q) / (1 + alpha * eta)
+    return torch.log_softmax(z, -1)
+
+
+def target_kl(logp: torch.Tensor, target_logp: torch.Tensor) -> torch.Tensor:
+    """KL(pi_target || pi_theta) per row, the fitting loss (gradient through ``logp``)."""
+    p = target_logp.exp()
+    return (p * (target_logp - logp)).nan_to_num(0.0).sum(-1)

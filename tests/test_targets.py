@@ -1,0 +1,120 @@
+"""Policy targets (train.policy_target): MMD's closed form by hand, the action values, the
+fit on the tiny model, the config's checks and a training run."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import tiny_team
+from test_learner import TEMPERATURE, _batch, _host
+from test_magnet import KUHN, _learner, _perturbed
+
+from configs import ConfigError, load_config_text
+from marl.learner import Learner, magnet_adapter
+from marl.targets import action_values, mmd_target, target_kl
+from marl.trainer import Trainer, TrainingError
+
+TARGET = "  advantage_scale: none\n  policy_target: {eta: 1.0, fit_steps: 3}\n"
+
+
+def test_the_closed_form_is_mmd_s_step_by_hand() -> None:
+    """pi_t(a) = [pi(a) rho(a)^(alpha eta) exp(eta Q(a))]^(1 / (1 + alpha eta)) / Z."""
+    pi, rho, q = [0.2, 0.5, 0.3], [0.6, 0.1, 0.3], [1.0, -0.5, 0.25]
+    eta, alpha = 0.8, 0.5
+    raw = [(p * r ** (alpha * eta) * math.exp(eta * v)) ** (1 / (1 + alpha * eta))
+           for p, r, v in zip(pi, rho, q, strict=True)]
+    want = [x / sum(raw) for x in raw]
+    got = mmd_target(torch.tensor(pi).log(), torch.tensor(rho).log(), torch.tensor(q), eta,
+                     alpha).exp()
+    assert got.tolist() == pytest.approx(want, rel=1e-6)
+    # no magnet: Hedge, pi exp(eta Q); a constant added to Q changes nothing
+    hedge = mmd_target(torch.tensor(pi).log(), torch.zeros(3), torch.tensor(q) + 7.0, eta, 0.0)
+    h = [p * math.exp(eta * v) for p, v in zip(pi, q, strict=True)]
+    assert hedge.exp().tolist() == pytest.approx([x / sum(h) for x in h], rel=1e-6)
+
+
+def test_per_state_step_sizes_broadcast_by_row() -> None:
+    logp = torch.log_softmax(torch.tensor([[0.0, 1.0], [2.0, 0.0]]), 1)
+    q = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    both = mmd_target(logp, logp, q, torch.tensor([[0.5], [2.0]]), 1.0)
+    for row, eta in ((0, 0.5), (1, 2.0)):
+        one = mmd_target(logp[row], logp[row], q[row], eta, 1.0)
+        assert both[row].tolist() == pytest.approx(one.tolist(), rel=1e-6)
+
+
+def test_action_values_are_means_per_state_and_action() -> None:
+    keys = ["J:", "J:", "J:", "K:b", "K:b"]
+    q = action_values(keys, [0, 0, 1, 1, 1], [1.0, 3.0, -2.0, 2.0, 4.0], [2, 2, 2, 2, 2])
+    assert q["J:"] == [2.0, -2.0]
+    assert q["K:b"] == [3.0, 3.0]  # action 0 never played there: the state's mean
+
+
+def test_target_kl_is_zero_at_the_target_and_positive_elsewhere() -> None:
+    t = torch.log_softmax(torch.tensor([0.3, -1.0, 2.0]), 0)
+    assert float(target_kl(t, t)) == pytest.approx(0.0, abs=1e-7)
+    assert float(target_kl(torch.log_softmax(torch.zeros(3), 0), t)) > 0.1
+
+
+def test_the_fit_moves_each_state_to_its_target() -> None:
+    """An update fits the policy to the closed form of the batch's own states: the KL to the
+    targets falls by more than half, and what is fitted is the formula's table (recomputed
+    here from the policy, the magnet and the mean advantages per state and action)."""
+    host = _host()
+    items = _batch(host, n=6)
+    for it in items[3:]:  # a state seen twice, with its two decisions' advantages averaged
+        it.prompt_ids, it.candidate_ids = items[0].prompt_ids, items[0].candidate_ids
+    learner = Learner(host, ["red"], lr=0.05, magnet=0.5, target_eta=2.0, fit_steps=25)
+    learner.set_magnet({"red": _perturbed(host.adapter_weights("red"), 4)})
+    states = {tuple(it.prompt_ids): it for it in items}
+    reps = list(states.values())
+    q = action_values([tuple(it.prompt_ids) for it in items], [it.choice for it in items],
+                      [it.advantage for it in items], [3] * len(items))
+    with torch.no_grad():
+        with host.use("red"):
+            pi = [torch.log_softmax(s / TEMPERATURE, 0) for s in host.candidate_scores(
+                [it.prompt_ids for it in reps], [it.candidate_ids for it in reps])]
+        with host.use(magnet_adapter("red")):
+            rho = [torch.log_softmax(s / TEMPERATURE, 0) for s in host.candidate_scores(
+                [it.prompt_ids for it in reps], [it.candidate_ids for it in reps])]
+    targets = [mmd_target(p, r, torch.tensor(q[k]), 2.0, 0.5)
+               for k, p, r in zip(states, pi, rho, strict=True)]
+    before = sum(float(target_kl(p, t)) for p, t in zip(pi, targets, strict=True)) / len(reps)
+    stats = learner.update(items)
+    assert stats.loss == pytest.approx(before, rel=1e-4)
+    assert stats.fit_residual is not None and stats.fit_residual < 0.5 * before
+    with torch.no_grad(), host.use("red"):
+        after = [torch.log_softmax(s / TEMPERATURE, 0) for s in host.candidate_scores(
+            [it.prompt_ids for it in reps], [it.candidate_ids for it in reps])]
+    got = sum(float(target_kl(p, t)) for p, t in zip(after, targets, strict=True)) / len(reps)
+    assert got == pytest.approx(stats.fit_residual, rel=1e-4)
+
+
+def test_the_config_asks_for_what_the_estimates_need() -> None:
+    with pytest.raises(ConfigError, match="advantage_scale: none"):
+        load_config_text(tiny_team("kuhn_poker", KUHN + "  policy_target: {eta: 1.0}\n"))
+    load_config_text(tiny_team("kuhn_poker", KUHN + TARGET))  # group_by state, chips: valid
+
+
+def test_free_decoding_is_refused_before_any_compute(tmp_path: Path) -> None:
+    text = tiny_team("kuhn_poker", KUHN + TARGET).replace("{mode: choice}", "{mode: free}")
+    with pytest.raises(TrainingError, match="decoding.mode: choice"):
+        Trainer(load_config_text(text), tmp_path / "run")
+
+
+def test_a_training_run_with_targets_and_a_magnet_logs_the_fit(tmp_path: Path) -> None:
+    train = KUHN.replace("lr: 0.05", "lr: 0.005")  # Adam's first steps are lr-sized
+    text = tiny_team("kuhn_poker", train + TARGET + "  magnet: {alpha: 0.5, every: 2}\n"
+                     "  eval_every: 1\n")
+    tr = Trainer(load_config_text(text), tmp_path / "run")
+    start = tr.runtime.weights()["player"]
+    hist = tr.fit()
+    assert [h["step"] for h in hist] == [1, 2, 3, 4]
+    for h in hist:
+        s = _learner(h)
+        assert s["loss"] > 0 and s["fit_residual"] < s["loss"]
+        assert "kl_to_magnet" in s
+    end = tr.runtime.weights()["player"]
+    assert any(not torch.equal(start[k], end[k]) for k in start)
