@@ -111,8 +111,16 @@ class PolicyTargetConfig(StrictModel):
                        description="Step size of the closed-form step (on action values in "
                                    "reward units); 0: off (the GRPO step).")
     fit_steps: Int = Field(10, ge=1, le=10_000,
-                           description="Optimiser steps on KL(pi_target || pi) per training "
-                                       "step.")
+                           description="Steps on KL(pi_target || pi) per training step.")
+    solver: Literal["adam", "gauss_newton"] = Field(
+        "adam", description="adam: the learner's optimizer at train.lr, halved after a step "
+                            "that does not lower the KL, ending on the best weights; "
+                            "gauss_newton: least-norm steps that move each state's logit "
+                            "differences to the targets' to first order, whatever the "
+                            "features share (the torch learner backend).")
+    ridge: Float = Field(1e-3, gt=0, le=1e6,
+                         description="gauss_newton: the damping, relative to the mean "
+                                     "squared gradient of a logit difference.")
 
 
 class TrainConfig(StrictModel):

@@ -39,7 +39,7 @@ from agents.precision import autocast
 from configs import TeamConfig
 from marl.loss import exact_kl, grpo_loss, k3
 from marl.optim import Optimizer, OptimizerFactory, TorchAdamW
-from marl.targets import action_values, mmd_target, target_kl
+from marl.targets import Fit, action_values, fit, gauss_newton, mmd_target, target_kl
 
 
 @dataclass
@@ -153,7 +153,8 @@ class Learner:
                  max_grad_norm: float = 1.0, micro_batch: int = 16, epochs: int = 1,
                  precision: str = "fp32", optimizer: OptimizerFactory = TorchAdamW,
                  correction: str = "none", tis_cap: float = 2.0, magnet: float = 0.0,
-                 target_eta: float = 0.0, fit_steps: int = 10) -> None:
+                 target_eta: float = 0.0, fit_steps: int = 10, solver: str = "adam",
+                 ridge: float = 1e-3) -> None:
         if epochs < 1:
             raise ValueError(f"epochs must be >= 1, got {epochs}")
         autocast(precision, host.device)  # refuses what this device cannot compute in, now
@@ -173,7 +174,10 @@ class Learner:
         self.optimizer: Optimizer = optimizer(host.model, self.params, lr=lr,
                                               max_grad_norm=max_grad_norm)
         self.magnet = magnet
-        self.target_eta, self.fit_steps = target_eta, fit_steps
+        self.target_eta, self.fit_steps, self._lr = target_eta, fit_steps, lr
+        self.solver, self.ridge = solver, ridge
+        self.adapter_params = {a: [p for n, p in host.model.named_parameters()
+                                   if "lora_" in n and f".{a}." in n] for a in self.adapters}
         if magnet > 0:
             self._add_magnets()
 
@@ -318,6 +322,7 @@ class Learner:
         from the same weights)."""
         if lr is not None:
             self.optimizer.set_lr(lr)
+            self._lr = lr
         items = [it for it in items if it.completion_ids or it.candidate_ids]
         if self.target_eta > 0:
             return self._fit(items)
@@ -395,8 +400,8 @@ class Learner:
     # ----- policy targets: MMD's closed-form step, fitted
     def _fit(self, items: list[TrainItem]) -> UpdateStats:
         """Targets for the batch's information states, then ``fit_steps`` clipped optimizer
-        steps on their mean KL(target || pi); ``loss`` is the KL before the fit (the step's
-        size), ``fit_residual`` after it."""
+        steps on their mean KL(target || pi) (:func:`marl.targets.fit`: the best weights
+        kept); ``loss`` is the KL before the fit (the step's size), ``fit_residual`` after."""
         if any(it.kind != "choice" for it in items):
             raise ValueError("policy targets need choice decoding")
         keys = [_state_key(it) for it in items]
@@ -423,45 +428,94 @@ class Learner:
                     kl_mag.append(float(exact_kl(lp.float(), r.float())))
                     ent.append(float(-(lp.exp() * lp).sum()))
         n = len(states)
-        first = float("nan")
         agent_norms: dict[str, float] = {}
-        norm = 0.0
-        for i in range(self.fit_steps):
+        grad_norm = [0.0]
+
+        def loss(grad: bool) -> float:
             self.optimizer.zero_grad()
             total = 0.0
-            self.host.model.train()
+            self.host.model.train(grad)
             try:
                 for adapter, group in sorted(by_adapter.items()):
-                    with (self.host.use(adapter),
+                    with (self.host.use(adapter), torch.set_grad_enabled(grad),
                           _GradTap(self.params, lambda: self.optimizer.loss_scale) as tap):
                         for chunk in self._chunks([states[k] for k in group]):
                             with autocast(self.precision, self.host.device):
                                 dists = self._choice_dists(chunk)
-                                loss = torch.stack([
+                                part = torch.stack([
                                     target_kl(lp.float(), targets[_state_key(it)])
                                     for it, lp in zip(chunk, dists, strict=True)]).sum() / n
-                            if not torch.isfinite(loss):
-                                self.optimizer.discard()
-                                return UpdateStats(float("nan"), float("nan"), {}, 0, 0, 0,
-                                                   len(items), skipped=True)
-                            self.optimizer.backward(loss)
-                            total += float(loss.detach())
-                    agent_norms[adapter] = math.sqrt(tap.squared_norm())
+                            if not torch.isfinite(part):
+                                return math.inf
+                            if grad:
+                                self.optimizer.backward(part)
+                            total += float(part.detach())
+                    if grad:
+                        agent_norms[adapter] = math.sqrt(tap.squared_norm())
             finally:
                 self.host.model.eval()
-            norm = self.optimizer.step()
-            if not math.isfinite(norm):
-                return UpdateStats(total, norm, agent_norms, 0, 0, 0, len(items), skipped=True)
-            first = total if i == 0 else first
-        with torch.no_grad(), autocast(self.precision, self.host.device):
-            residual = 0.0
-            for adapter, group in by_adapter.items():
+            return total
+
+        def step(lr: float) -> None:
+            self.optimizer.set_lr(lr)
+            grad_norm[0] = self.optimizer.step()  # applies nothing when it is not finite
+
+        if self.solver == "gauss_newton":
+            result = self._gauss_newton(by_adapter, states, targets, loss)
+        else:
+            result = fit(loss, step, self.weights, self.load, self._lr, self.fit_steps)
+        return UpdateStats(result.first, grad_norm[0], agent_norms, 0.0, 0.0, sum(ent) / n,
+                           len(items), skipped=not math.isfinite(result.best),
+                           kl_magnet=sum(kl_mag) / n, fit_residual=result.best)
+
+    def _gauss_newton(self, by_adapter: dict[str, list[tuple]], states: dict[tuple, TrainItem],
+                      targets: dict[tuple, torch.Tensor], loss: Callable[[bool], float]) -> Fit:
+        """``fit_steps`` Gauss-Newton steps (:func:`marl.targets.gauss_newton`) on each
+        adapter's logit differences towards the targets'; a step that does not lower the KL
+        is halved, up to four times, then undone."""
+        first = best = loss(False)
+        for _ in range(self.fit_steps):
+            for adapter, group in sorted(by_adapter.items()):
+                params = self.adapter_params[adapter]
+                rows, residual = [], []
                 with self.host.use(adapter):
-                    dists = self._choice_dists([states[k] for k in group])
-                residual += sum(float(target_kl(lp.float(), targets[k]))
-                                for k, lp in zip(group, dists, strict=True)) / n
-        return UpdateStats(first, norm, agent_norms, 0.0, 0.0, sum(ent) / n, len(items),
-                           kl_magnet=sum(kl_mag) / n, fit_residual=residual)
+                    for chunk in self._chunks([states[k] for k in group]):
+                        with autocast(self.precision, self.host.device):
+                            dists = self._choice_dists(chunk)
+                        for it, lp in zip(chunk, dists, strict=True):
+                            lp, t = lp.float(), targets[_state_key(it)]
+                            for d, want in zip(lp[1:] - lp[0], t[1:] - t[0], strict=True):
+                                g = torch.autograd.grad(d, params, retain_graph=True,
+                                                        allow_unused=True)
+                                rows.append(torch.cat([
+                                    torch.zeros(p.numel(), device=p.device) if x is None
+                                    else x.float().flatten() for p, x in zip(params, g,
+                                                                             strict=True)]))
+                                residual.append(float(want - d.detach()))
+                delta = gauss_newton(torch.stack(rows), torch.tensor(residual), self.ridge)
+                self._shift(params, delta)
+                scale = 1.0
+                now = loss(False)
+                for _ in range(4):
+                    if now < best:
+                        break
+                    scale /= 2
+                    self._shift(params, -scale * delta)
+                    now = loss(False)
+                if now < best:
+                    best = now
+                else:
+                    self._shift(params, -scale * delta)
+        return Fit(first, best, 0.0)
+
+    @staticmethod
+    @torch.no_grad()
+    def _shift(params: list[torch.nn.Parameter], delta: torch.Tensor) -> None:
+        """params += delta, ``delta`` flat in their order."""
+        i = 0
+        for p in params:
+            p.add_(delta[i : i + p.numel()].view_as(p).to(p.dtype))
+            i += p.numel()
 
     # ----- state for workers and checkpoints
     def weights(self) -> dict[str, dict[str, torch.Tensor]]:

@@ -98,7 +98,8 @@ class LearnerProcess:
                                correction=mismatch_correction(team, roles),
                                tis_cap=tc.mismatch.cap, magnet=tc.magnet.alpha,
                                target_eta=tc.policy_target.eta,
-                               fit_steps=tc.policy_target.fit_steps)
+                               fit_steps=tc.policy_target.fit_steps,
+                               solver=tc.policy_target.solver, ridge=tc.policy_target.ridge)
 
     def update(self, items: list[TrainItem], seed: int, lr: float | None = None) -> UpdateStats:
         torch.manual_seed(seed)

@@ -12,6 +12,8 @@ The model is then fitted to the table of targets by a few optimiser steps on
 
     L = mean_s KL(pi_target_s || pi_theta_s)
 
+keeping the best weights seen (:func:`fit`), or by Gauss-Newton steps (:func:`gauss_newton`),
+
 a supervised loss whose only minimum is the target table, whatever the parametrisation.  A
 policy-gradient step puts its fixed point in the same place, but where the model's features
 tie the information states together (an LLM's "bet" barely depends on its card) the optimiser
@@ -22,7 +24,9 @@ state-specific part as far as the target asks (docs/algorithms.md#policy-targets
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -58,3 +62,51 @@ def target_kl(logp: torch.Tensor, target_logp: torch.Tensor) -> torch.Tensor:
     """KL(pi_target || pi_theta) per row, the fitting loss (gradient through ``logp``)."""
     p = target_logp.exp()
     return (p * (target_logp - logp)).nan_to_num(0.0).sum(-1)
+
+
+@dataclass
+class Fit:
+    first: float  # the loss before the fit: how far the targets are
+    best: float   # the lowest loss reached: the weights kept
+    lr: float     # the step size the fit ended with
+
+
+def fit(loss: Callable[[bool], float], step: Callable[[float], None], save: Callable[[], Any],
+        restore: Callable[[Any], None], lr: float, steps: int) -> Fit:
+    """``steps`` optimiser steps on a loss, ending on the best weights seen.
+
+    ``loss(grad)`` evaluates the loss at the current weights (accumulating its gradient when
+    ``grad``); ``step(lr)`` applies one step.  A step that does not lower the loss halves the
+    step size: Adam's steps are about ``lr`` in size however close the target is, so a fixed
+    ``lr`` that moves a far target overshoots a near one.
+    """
+    first = best = loss(True)
+    kept = save()
+    last = first
+    for i in range(steps):
+        step(lr)
+        last = loss(i < steps - 1)
+        if last < best:
+            best, kept = last, save()
+        else:
+            lr /= 2
+    if not last <= best:  # the last step made things worse (or not finite): undo it
+        restore(kept)
+    return Fit(first, best, lr)
+
+
+def gauss_newton(jacobian: torch.Tensor, residual: torch.Tensor, ridge: float) -> torch.Tensor:
+    """The least-norm parameter step that moves K function values by ``residual``, to first
+    order:
+
+        delta = J^T (J J^T + lambda I)^-1 r,    lambda = ridge * trace(J J^T) / K
+
+    J is [K, P]: the gradients of each state's logit differences.  Where the model's features
+    tie the states together (one direction moves every card's "bet"), J J^T is
+    ill-conditioned and a gradient step follows its largest eigenvector; this step moves each
+    state by what its target asks."""
+    gram = (jacobian @ jacobian.T).double()  # K x K, solved in float64: it is ill-conditioned
+    lam = ridge * float(gram.diagonal().mean()) + 1e-12
+    eye = torch.eye(len(gram), dtype=gram.dtype, device=gram.device)
+    c = torch.linalg.solve(gram + lam * eye, residual.to(gram))
+    return jacobian.T @ c.to(jacobian.dtype)

@@ -147,6 +147,9 @@ def check_compatible(cfg: TeamConfig) -> None:
         if free:
             raise TrainingError(f"train.policy_target fits distributions over the legal "
                                 f"actions: roles {free} need decoding.mode: choice")
+        if tc.policy_target.solver == "gauss_newton" and tc.learner.backend != "torch":
+            raise TrainingError("train.policy_target.solver gauss_newton steps the adapters' "
+                                "own tensors: use train.learner.backend torch")
     if tc.learner.backend == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
         raise TrainingError("train.learner.backend is deepspeed but DeepSpeed is not installed: "
                             "pip install 'marl-teams[deepspeed]'")

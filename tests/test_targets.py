@@ -14,7 +14,7 @@ from test_magnet import KUHN, _learner, _perturbed
 
 from configs import ConfigError, load_config_text
 from marl.learner import Learner, magnet_adapter
-from marl.targets import action_values, mmd_target, target_kl
+from marl.targets import action_values, fit, gauss_newton, mmd_target, target_kl
 from marl.trainer import Trainer, TrainingError
 
 TARGET = "  advantage_scale: none\n  policy_target: {eta: 1.0, fit_steps: 3}\n"
@@ -118,3 +118,50 @@ def test_a_training_run_with_targets_and_a_magnet_logs_the_fit(tmp_path: Path) -
         assert "kl_to_magnet" in s
     end = tr.runtime.weights()["player"]
     assert any(not torch.equal(start[k], end[k]) for k in start)
+
+
+def test_fit_keeps_the_best_weights_and_halves_the_step_after_a_rise() -> None:
+    """On f(w) = w^2 from w = 1, steps of -lr * sign(f') at lr 1.5: 1 -> -0.5 -> 1.0 (a
+    rise: lr 0.75) -> 0.25 -> -0.5 (a rise: lr 0.375); the fit ends on 0.25, the best seen."""
+    w = [1.0]
+    seen = []
+
+    def loss(grad: bool) -> float:
+        seen.append(w[0])
+        return w[0] ** 2
+
+    def step(lr: float) -> None:
+        w[0] -= lr * (1 if w[0] > 0 else -1)
+
+    result = fit(loss, step, lambda: w[0], lambda v: w.__setitem__(0, v), 1.5, 4)
+    assert seen == [1.0, -0.5, 1.0, 0.25, -0.5]
+    assert result.first == 1.0 and result.best == 0.0625 and w[0] == 0.25
+    assert result.lr == 0.375
+    w[0] = 1.0
+    r = fit(loss, lambda lr: w.__setitem__(0, w[0] + lr), lambda: w[0],
+            lambda v: w.__setitem__(0, v), 1.0, 2)  # every step worse: back to the start
+    assert r.best == 1.0 and w[0] == 1.0
+
+
+def test_gauss_newton_moves_coupled_values_to_their_targets() -> None:
+    """Two values that share a direction 100x stronger than their own: one damped step lands
+    both on the target to first order (a gradient step would move the shared part only)."""
+    jac = torch.tensor([[100.0, 1.0, 0.0], [100.0, 0.0, 1.0]], dtype=torch.float64)
+    r = torch.tensor([0.3, -0.2], dtype=torch.float64)
+    delta = gauss_newton(jac, r, ridge=1e-9)
+    assert (jac @ delta).tolist() == pytest.approx(r.tolist(), abs=1e-5)
+    grad = jac.T @ r
+    assert (jac @ grad)[0] * (jac @ grad)[1] > 0  # the gradient moves both the same way
+
+
+def test_gauss_newton_fits_the_tiny_model_closer_than_adam() -> None:
+    items_host = []
+    for solver in ("adam", "gauss_newton"):
+        host = _host()
+        items = _batch(host, n=6)
+        learner = Learner(host, ["red"], lr=0.01, target_eta=2.0, fit_steps=3, solver=solver)
+        items_host.append(learner.update(items))
+    adam, gn = items_host
+    assert adam.loss == pytest.approx(gn.loss, rel=1e-5)  # the same targets
+    assert gn.fit_residual < 0.1 * gn.loss
+    assert gn.fit_residual < adam.fit_residual

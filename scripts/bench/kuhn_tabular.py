@@ -45,7 +45,7 @@ from games.analysis import exploitability, info_states  # noqa: E402
 from games.registry import make  # noqa: E402
 from marl.advantages import Samples, make_estimator, remove_common_mode  # noqa: E402
 from marl.loss import exact_kl, grpo_loss, k3  # noqa: E402
-from marl.targets import action_values, mmd_target, target_kl  # noqa: E402
+from marl.targets import action_values, fit, mmd_target, target_kl  # noqa: E402
 
 GAME = "kuhn_poker"
 
@@ -153,7 +153,8 @@ MAGNET_VARIANTS = [
           (0.5, 1.0, 10, 0.5, 20), (1.0, 1.0, 10, 0.5, 20), (1.0, 0.5, 10, 0.5, 20),
           (2.0, 0.5, 10, 0.5, 20), (1.0, 1.0, 25, 0.5, 20), (0.5, 1.0, 25, 0.5, 20),
           (1.0, 1.0, 10, 0.5, 5), (1.0, 1.0, 10, 0.5, 50), (1.0, 0.5, 20, 1.0, 10),
-          (0.5, 0.5, 20, 1.0, 10), (1.0, 0.5, 30, 1.0, 10), (0.3, 0.5, 30, 1.0, 10))],
+          (0.5, 0.5, 20, 1.0, 10), (1.0, 0.5, 30, 1.0, 10), (0.3, 0.5, 30, 1.0, 10),
+          (1.0, 0.5, 10, 1.0, 5), (1.0, 0.25, 20, 1.0, 5), (3.0, 0.3, 10, 1.0, 5))],
     *[Variant((f"coupled x{kappa}" if kappa else "uncoupled") + f", visit-weighted target: "
               f"eta {eta}, alpha {a}, k {k}, g {g}, fit 10", magnet=a, every=k, mix=g,
               kappa=kappa, target=eta, fit=10, visits=True, **{**M, "lr": 0.05})
@@ -272,10 +273,22 @@ def fit_target(policy: TablePolicy, opt, rows: list[tuple], magnet: torch.Tensor
     with torch.no_grad():
         logp = torch.log_softmax(policy.logits()[idx], 1)
         target = mmd_target(logp, magnet[idx], torch.tensor(list(q.values())), eta, v.magnet)
-    for _ in range(v.fit):
+
+    def loss(grad: bool) -> float:
         opt.zero_grad()
-        target_kl(torch.log_softmax(policy.logits()[idx], 1), target).mean().backward()
+        with torch.set_grad_enabled(grad):
+            value = target_kl(torch.log_softmax(policy.logits()[idx], 1), target).mean()
+        if grad:
+            value.backward()
+        return float(value)
+
+    def step(lr: float) -> None:
+        for group in opt.param_groups:
+            group["lr"] = lr
         opt.step()
+
+    fit(loss, step, lambda: {k: t.clone() for k, t in policy.state_dict().items()},
+        policy.load_state_dict, v.lr or 0.05, v.fit)
 
 
 def gradient_step(policy: TablePolicy, opt, rows: list[tuple], adv, magnet: torch.Tensor,
