@@ -280,7 +280,7 @@ def fit_target(policy: TablePolicy, opt, rows: list[tuple], magnet: torch.Tensor
             value = target_kl(torch.log_softmax(policy.logits()[idx], 1), target).mean()
         if grad:
             value.backward()
-        return float(value)
+        return float(value.detach())
 
     def step(lr: float) -> None:
         for group in opt.param_groups:
