@@ -39,7 +39,7 @@ from agents.precision import autocast
 from configs import TeamConfig
 from marl.loss import exact_kl, grpo_loss, k3
 from marl.optim import Optimizer, OptimizerFactory, TorchAdamW
-from marl.targets import Fit, action_values, fit, gauss_newton, mmd_target, target_kl
+from marl.targets import Fit, action_values, fit, gauss_newton_fit, mmd_target, target_kl
 
 
 @dataclass
@@ -470,52 +470,27 @@ class Learner:
 
     def _gauss_newton(self, by_adapter: dict[str, list[tuple]], states: dict[tuple, TrainItem],
                       targets: dict[tuple, torch.Tensor], loss: Callable[[bool], float]) -> Fit:
-        """``fit_steps`` Gauss-Newton steps (:func:`marl.targets.gauss_newton`) on each
-        adapter's logit differences towards the targets'; a step that does not lower the KL
-        is halved, up to four times, then undone."""
-        first = best = loss(False)
-        for _ in range(self.fit_steps):
-            for adapter, group in sorted(by_adapter.items()):
-                params = self.adapter_params[adapter]
-                rows, residual = [], []
+        """Per adapter, ``fit_steps`` Gauss-Newton steps of its states' logit differences
+        (``log pi(a) - log pi(a_0)``) towards the targets' (:func:`gauss_newton_fit`)."""
+        first = loss(False)
+        result = Fit(first, first, 0.0)
+        for adapter, group in sorted(by_adapter.items()):
+
+            def diffs(adapter: str = adapter, group: list[tuple] = group):
+                values, want = [], []
                 with self.host.use(adapter):
                     for chunk in self._chunks([states[k] for k in group]):
                         with autocast(self.precision, self.host.device):
                             dists = self._choice_dists(chunk)
                         for it, lp in zip(chunk, dists, strict=True):
-                            lp, t = lp.float(), targets[_state_key(it)]
-                            for d, want in zip(lp[1:] - lp[0], t[1:] - t[0], strict=True):
-                                g = torch.autograd.grad(d, params, retain_graph=True,
-                                                        allow_unused=True)
-                                rows.append(torch.cat([
-                                    torch.zeros(p.numel(), device=p.device) if x is None
-                                    else x.float().flatten() for p, x in zip(params, g,
-                                                                             strict=True)]))
-                                residual.append(float(want - d.detach()))
-                delta = gauss_newton(torch.stack(rows), torch.tensor(residual), self.ridge)
-                self._shift(params, delta)
-                scale = 1.0
-                now = loss(False)
-                for _ in range(4):
-                    if now < best:
-                        break
-                    scale /= 2
-                    self._shift(params, -scale * delta)
-                    now = loss(False)
-                if now < best:
-                    best = now
-                else:
-                    self._shift(params, -scale * delta)
-        return Fit(first, best, 0.0)
+                            t = targets[_state_key(it)]
+                            values.append(lp.float()[1:] - lp.float()[0])
+                            want.append(t[1:] - t[0])
+                return torch.cat(values), torch.cat(want)
 
-    @staticmethod
-    @torch.no_grad()
-    def _shift(params: list[torch.nn.Parameter], delta: torch.Tensor) -> None:
-        """params += delta, ``delta`` flat in their order."""
-        i = 0
-        for p in params:
-            p.add_(delta[i : i + p.numel()].view_as(p).to(p.dtype))
-            i += p.numel()
+            result = gauss_newton_fit(diffs, self.adapter_params[adapter],
+                                      lambda: loss(False), self.ridge, self.fit_steps)
+        return Fit(first, result.best, 0.0)
 
     # ----- state for workers and checkpoints
     def weights(self) -> dict[str, dict[str, torch.Tensor]]:

@@ -110,3 +110,47 @@ def gauss_newton(jacobian: torch.Tensor, residual: torch.Tensor, ridge: float) -
     eye = torch.eye(len(gram), dtype=gram.dtype, device=gram.device)
     c = torch.linalg.solve(gram + lam * eye, residual.to(gram))
     return jacobian.T @ c.to(jacobian.dtype)
+
+
+def jacobian(values: torch.Tensor, params: list[torch.nn.Parameter]) -> torch.Tensor:
+    """[K, P]: the gradient of each of the K ``values`` over the flattened ``params``."""
+    rows = []
+    for v in values:
+        g = torch.autograd.grad(v, params, retain_graph=True, allow_unused=True)
+        rows.append(torch.cat([torch.zeros(p.numel(), device=p.device) if x is None
+                               else x.float().flatten() for p, x in zip(params, g, strict=True)]))
+    return torch.stack(rows)
+
+
+@torch.no_grad()
+def shift(params: list[torch.nn.Parameter], delta: torch.Tensor) -> None:
+    """params += delta, ``delta`` flat in their order."""
+    i = 0
+    for p in params:
+        p.add_(delta[i : i + p.numel()].view_as(p).to(p.dtype))
+        i += p.numel()
+
+
+def gauss_newton_fit(diffs: Callable[[], tuple[torch.Tensor, torch.Tensor]],
+                     params: list[torch.nn.Parameter], loss: Callable[[], float], ridge: float,
+                     steps: int) -> Fit:
+    """``steps`` damped Gauss-Newton steps (:func:`gauss_newton`) that move ``diffs()``'s
+    values (with gradients) to its targets; a step that does not lower ``loss()`` is halved
+    up to four times, then undone."""
+    first = best = loss()
+    for _ in range(steps):
+        values, want = diffs()
+        delta = gauss_newton(jacobian(values, params), (want - values).detach().float(), ridge)
+        shift(params, delta)
+        scale, now = 1.0, loss()
+        for _ in range(4):
+            if now < best:
+                break
+            scale /= 2
+            shift(params, -scale * delta)
+            now = loss()
+        if now < best:
+            best = now
+        else:
+            shift(params, -scale * delta)
+    return Fit(first, best, 0.0)

@@ -45,7 +45,7 @@ from games.analysis import exploitability, info_states  # noqa: E402
 from games.registry import make  # noqa: E402
 from marl.advantages import Samples, make_estimator, remove_common_mode  # noqa: E402
 from marl.loss import exact_kl, grpo_loss, k3  # noqa: E402
-from marl.targets import action_values, fit, mmd_target, target_kl  # noqa: E402
+from marl.targets import action_values, fit, gauss_newton_fit, mmd_target, target_kl  # noqa: E402
 
 GAME = "kuhn_poker"
 
@@ -74,6 +74,7 @@ class Variant:
     target: float = 0.0         # eta of MMD's closed-form step (train.policy_target), fitted
     fit: int = 20               # by this many optimiser steps on KL(target || pi); 0: off
     visits: bool = False        # eta per state x its share of the decisions / the mean share
+    solver: str = "adam"        # the fit: adam (marl.targets.fit) or gauss_newton
 
 
 VARIANTS = [
@@ -155,6 +156,11 @@ MAGNET_VARIANTS = [
           (1.0, 1.0, 10, 0.5, 5), (1.0, 1.0, 10, 0.5, 50), (1.0, 0.5, 20, 1.0, 10),
           (0.5, 0.5, 20, 1.0, 10), (1.0, 0.5, 30, 1.0, 10), (0.3, 0.5, 30, 1.0, 10),
           (1.0, 0.5, 10, 1.0, 5), (1.0, 0.25, 20, 1.0, 5), (3.0, 0.3, 10, 1.0, 5))],
+    *[Variant((f"coupled x{kappa}" if kappa else "uncoupled") + ", target (configs/"
+              "kuhn_target.yaml): eta 1.0, alpha 0.5, k 10, g 1.0, Gauss-Newton x1",
+              magnet=0.5, every=10, mix=1.0, kappa=kappa, target=1.0, fit=1,
+              solver="gauss_newton", **M)
+      for kappa in (0, 100)],
     *[Variant((f"coupled x{kappa}" if kappa else "uncoupled") + f", visit-weighted target: "
               f"eta {eta}, alpha {a}, k {k}, g {g}, fit 10", magnet=a, every=k, mix=g,
               kappa=kappa, target=eta, fit=10, visits=True, **{**M, "lr": 0.05})
@@ -273,6 +279,19 @@ def fit_target(policy: TablePolicy, opt, rows: list[tuple], magnet: torch.Tensor
     with torch.no_grad():
         logp = torch.log_softmax(policy.logits()[idx], 1)
         target = mmd_target(logp, magnet[idx], torch.tensor(list(q.values())), eta, v.magnet)
+
+    if v.solver == "gauss_newton":
+        def diffs():
+            lp = torch.log_softmax(policy.logits()[idx], 1)
+            return lp[:, 1] - lp[:, 0], target[:, 1] - target[:, 0]
+
+        def kl() -> float:
+            with torch.no_grad():
+                return float(target_kl(torch.log_softmax(policy.logits()[idx], 1),
+                                       target).mean())
+
+        gauss_newton_fit(diffs, list(policy.parameters()), kl, 1e-3, v.fit)
+        return
 
     def loss(grad: bool) -> float:
         opt.zero_grad()
