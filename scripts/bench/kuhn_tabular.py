@@ -75,6 +75,7 @@ class Variant:
     fit: int = 20               # by this many optimiser steps on KL(target || pi); 0: off
     visits: bool = False        # eta per state x its share of the decisions / the mean share
     solver: str = "adam"        # the fit: adam (marl.targets.fit) or gauss_newton
+    ridge: float = 1e-3         # gauss_newton's damping (train.policy_target.ridge)
 
 
 VARIANTS = [
@@ -157,10 +158,10 @@ MAGNET_VARIANTS = [
           (0.5, 0.5, 20, 1.0, 10), (1.0, 0.5, 30, 1.0, 10), (0.3, 0.5, 30, 1.0, 10),
           (1.0, 0.5, 10, 1.0, 5), (1.0, 0.25, 20, 1.0, 5), (3.0, 0.3, 10, 1.0, 5))],
     *[Variant((f"coupled x{kappa}" if kappa else "uncoupled") + ", target (configs/"
-              "kuhn_target.yaml): eta 1.0, alpha 0.5, k 10, g 1.0, Gauss-Newton x1",
-              magnet=0.5, every=10, mix=1.0, kappa=kappa, target=1.0, fit=1,
-              solver="gauss_newton", **M)
-      for kappa in (0, 100)],
+              f"kuhn_target.yaml): eta 1.0, alpha 0.5, k 10, g 1.0, Gauss-Newton x1, ridge "
+              f"{ridge}", magnet=0.5, every=10, mix=1.0, kappa=kappa, target=1.0, fit=1,
+              solver="gauss_newton", ridge=ridge, **M)
+      for kappa in (0, 100) for ridge in (1e-3, 1e-6)],
     *[Variant((f"coupled x{kappa}" if kappa else "uncoupled") + f", visit-weighted target: "
               f"eta {eta}, alpha {a}, k {k}, g {g}, fit 10", magnet=a, every=k, mix=g,
               kappa=kappa, target=eta, fit=10, visits=True, **{**M, "lr": 0.05})
@@ -290,7 +291,7 @@ def fit_target(policy: TablePolicy, opt, rows: list[tuple], magnet: torch.Tensor
                 return float(target_kl(torch.log_softmax(policy.logits()[idx], 1),
                                        target).mean())
 
-        gauss_newton_fit(diffs, list(policy.parameters()), kl, 1e-3, v.fit)
+        gauss_newton_fit(diffs, list(policy.parameters()), kl, v.ridge, v.fit)
         return
 
     def loss(grad: bool) -> float:
