@@ -118,9 +118,11 @@ class PolicyTargetConfig(StrictModel):
                             "gauss_newton: least-norm steps that move each state's logit "
                             "differences to the targets' to first order, whatever the "
                             "features share (the torch learner backend).")
-    ridge: Float = Field(1e-3, gt=0, le=1e6,
+    ridge: Float = Field(1e-6, gt=0, le=1e6,
                          description="gauss_newton: the damping, relative to the mean "
-                                     "squared gradient of a logit difference.")
+                                     "squared gradient of a logit difference (which the "
+                                     "directions the states share dominate: a large ridge "
+                                     "damps the state-specific ones away).")
 
 
 class TrainConfig(StrictModel):

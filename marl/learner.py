@@ -154,7 +154,7 @@ class Learner:
                  precision: str = "fp32", optimizer: OptimizerFactory = TorchAdamW,
                  correction: str = "none", tis_cap: float = 2.0, magnet: float = 0.0,
                  target_eta: float = 0.0, fit_steps: int = 10, solver: str = "adam",
-                 ridge: float = 1e-3) -> None:
+                 ridge: float = 1e-6) -> None:
         if epochs < 1:
             raise ValueError(f"epochs must be >= 1, got {epochs}")
         autocast(precision, host.device)  # refuses what this device cannot compute in, now
@@ -425,7 +425,8 @@ class Learner:
                     qk = torch.tensor(q[k], device=lp.device)
                     targets[k] = mmd_target(lp.float(), r.float(), qk, self.target_eta,
                                             self.magnet)
-                    kl_mag.append(float(exact_kl(lp.float(), r.float())))
+                    if self.magnet > 0:
+                        kl_mag.append(float(exact_kl(lp.float(), r.float())))
                     ent.append(float(-(lp.exp() * lp).sum()))
         n = len(states)
         agent_norms: dict[str, float] = {}
@@ -466,7 +467,8 @@ class Learner:
             result = fit(loss, step, self.weights, self.load, self._lr, self.fit_steps)
         return UpdateStats(result.first, grad_norm[0], agent_norms, 0.0, 0.0, sum(ent) / n,
                            len(items), skipped=not math.isfinite(result.best),
-                           kl_magnet=sum(kl_mag) / n, fit_residual=result.best)
+                           kl_magnet=sum(kl_mag) / n if kl_mag else 0.0,
+                           fit_residual=result.best)
 
     def _gauss_newton(self, by_adapter: dict[str, list[tuple]], states: dict[tuple, TrainItem],
                       targets: dict[tuple, torch.Tensor], loss: Callable[[bool], float]) -> Fit:

@@ -159,9 +159,13 @@ def test_gauss_newton_fits_the_tiny_model_closer_than_adam() -> None:
     for solver in ("adam", "gauss_newton"):
         host = _host()
         items = _batch(host, n=6)
+        for j, it in enumerate(items[3:]):  # three states, each played two ways
+            it.prompt_ids = items[(j + 1) % 3].prompt_ids
+            it.candidate_ids = items[(j + 1) % 3].candidate_ids
         learner = Learner(host, ["red"], lr=0.01, target_eta=2.0, fit_steps=3, solver=solver)
         items_host.append(learner.update(items))
     adam, gn = items_host
+    assert gn.loss > 1e-3  # the targets are away from the policy
     assert adam.loss == pytest.approx(gn.loss, rel=1e-5)  # the same targets
-    assert gn.fit_residual < 0.1 * gn.loss
+    assert gn.fit_residual < 0.5 * gn.loss
     assert gn.fit_residual < adam.fit_residual
