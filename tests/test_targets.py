@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import tiny_team
+from helpers import tiny_smoke, tiny_team
 from test_learner import TEMPERATURE, _batch, _host
 from test_magnet import KUHN, _learner, _perturbed
 
@@ -169,3 +169,13 @@ def test_gauss_newton_fits_the_tiny_model_closer_than_adam() -> None:
     assert adam.loss == pytest.approx(gn.loss, rel=1e-5)  # the same targets
     assert gn.fit_residual < 0.5 * gn.loss
     assert gn.fit_residual < adam.fit_residual
+
+
+def test_the_kuhn_target_recipe_runs_on_the_tiny_model(tmp_path: Path) -> None:
+    cfg = tiny_smoke("configs/kuhn_target.yaml")
+    pt = cfg.train.policy_target
+    assert pt.eta > 0 and pt.solver == "gauss_newton" and cfg.train.magnet.alpha > 0
+    hist = Trainer(cfg, tmp_path / "run").fit()
+    assert [h["step"] for h in hist] == [1, 2]
+    assert all(_learner(h)["fit_residual"] <= _learner(h)["loss"] for h in hist)
+    assert all("exploitability" in h["eval"] for h in hist)
