@@ -20,7 +20,8 @@ to the adapter; the trainer moves it (:meth:`Learner.set_magnet`).
 
 With ``target_eta > 0`` (choice decoding) an update is not a GRPO step: every information
 state of the batch gets MMD's closed-form target from the policy, the magnet and its action
-values (:mod:`marl.targets`), and ``fit_steps`` optimizer steps fit the policy to those targets.
+values (:mod:`marl.targets`), and ``fit_steps`` steps (the optimizer's, or Gauss-Newton
+steps) fit the policy to those targets.
 """
 
 from __future__ import annotations
@@ -165,8 +166,10 @@ class Learner:
         self.precision = precision
         self.clip_low, self.clip_high, self.kl, self.entropy = clip_low, clip_high, kl, entropy
         self.max_grad_norm, self.micro_batch = max_grad_norm, micro_batch
-        self.params = [p for n, p in host.model.named_parameters()
-                       if "lora_" in n and any(f".{a}." in n for a in self.adapters)]
+        named = [(n, p) for n, p in host.model.named_parameters()
+                 if "lora_" in n and any(f".{a}." in n for a in self.adapters)]
+        self.params = [p for _, p in named]
+        self.adapter_params = {a: [p for n, p in named if f".{a}." in n] for a in self.adapters}
         if not self.params:
             raise ValueError(f"no LoRA parameters found for adapters {self.adapters}")
         for p in self.params:
@@ -176,8 +179,6 @@ class Learner:
         self.magnet = magnet
         self.target_eta, self.fit_steps, self._lr = target_eta, fit_steps, lr
         self.solver, self.ridge = solver, ridge
-        self.adapter_params = {a: [p for n, p in host.model.named_parameters()
-                                   if "lora_" in n and f".{a}." in n] for a in self.adapters}
         if magnet > 0:
             self._add_magnets()
 
@@ -413,7 +414,7 @@ class Learner:
         by_adapter: dict[str, list[tuple]] = defaultdict(list)
         for key in states:
             by_adapter[key[0]].append(key)
-        targets, kl_mag, ent = {}, [], []
+        targets, kl_mag, ent, first = {}, [], [], 0.0
         with torch.no_grad(), autocast(self.precision, self.host.device):
             for adapter, group in by_adapter.items():
                 reps = [states[k] for k in group]
@@ -425,10 +426,12 @@ class Learner:
                     qk = torch.tensor(q[k], device=lp.device)
                     targets[k] = mmd_target(lp.float(), r.float(), qk, self.target_eta,
                                             self.magnet)
+                    first += float(target_kl(lp.float(), targets[k]))
                     if self.magnet > 0:
                         kl_mag.append(float(exact_kl(lp.float(), r.float())))
                     ent.append(float(-(lp.exp() * lp).sum()))
         n = len(states)
+        first /= n
         agent_norms: dict[str, float] = {}
         grad_norm = [0.0]
 
@@ -462,7 +465,7 @@ class Learner:
             grad_norm[0] = self.optimizer.step()  # applies nothing when it is not finite
 
         if self.solver == "gauss_newton":
-            result = self._gauss_newton(by_adapter, states, targets, loss)
+            result = self._gauss_newton(by_adapter, states, targets, loss, first)
         else:
             result = fit(loss, step, self.weights, self.load, self._lr, self.fit_steps)
         return UpdateStats(result.first, grad_norm[0], agent_norms, 0.0, 0.0, sum(ent) / n,
@@ -471,11 +474,12 @@ class Learner:
                            fit_residual=result.best)
 
     def _gauss_newton(self, by_adapter: dict[str, list[tuple]], states: dict[tuple, TrainItem],
-                      targets: dict[tuple, torch.Tensor], loss: Callable[[bool], float]) -> Fit:
+                      targets: dict[tuple, torch.Tensor], loss: Callable[[bool], float],
+                      first: float) -> Fit:
         """Per adapter, ``fit_steps`` Gauss-Newton steps of its states' logit differences
-        (``log pi(a) - log pi(a_0)``) towards the targets' (:func:`gauss_newton_fit`)."""
-        first = loss(False)
-        result = Fit(first, first, 0.0)
+        (``log pi(a) - log pi(a_0)``) towards the targets' (:func:`gauss_newton_fit`), from
+        the KL ``first`` at the start."""
+        best = first
         for adapter, group in sorted(by_adapter.items()):
 
             def diffs(adapter: str = adapter, group: list[tuple] = group):
@@ -490,9 +494,9 @@ class Learner:
                             want.append(t[1:] - t[0])
                 return torch.cat(values), torch.cat(want)
 
-            result = gauss_newton_fit(diffs, self.adapter_params[adapter],
-                                      lambda: loss(False), self.ridge, self.fit_steps)
-        return Fit(first, result.best, 0.0)
+            best = gauss_newton_fit(diffs, self.adapter_params[adapter], lambda: loss(False),
+                                    self.ridge, self.fit_steps, best).best
+        return Fit(first, best)
 
     # ----- state for workers and checkpoints
     def weights(self) -> dict[str, dict[str, torch.Tensor]]:

@@ -8,11 +8,10 @@ the negative-entropy mirror map (Sokota et al., ICLR 2023) has a closed form:
     log pi_target(a) = [ log pi(a) + alpha eta log rho(a) + eta Q(s, a) ] / (1 + alpha eta)
                        - log Z
 
-The model is then fitted to the table of targets by a few optimiser steps on
+The model is then fitted to the table of targets, by optimiser steps that keep the best
+weights seen (:func:`fit`) or by damped Gauss-Newton steps (:func:`gauss_newton_fit`), on
 
     L = mean_s KL(pi_target_s || pi_theta_s)
-
-keeping the best weights seen (:func:`fit`), or by Gauss-Newton steps (:func:`gauss_newton`),
 
 a supervised loss whose only minimum is the target table, whatever the parametrisation.  A
 policy-gradient step puts its fixed point in the same place, but where the model's features
@@ -68,7 +67,7 @@ def target_kl(logp: torch.Tensor, target_logp: torch.Tensor) -> torch.Tensor:
 class Fit:
     first: float  # the loss before the fit: how far the targets are
     best: float   # the lowest loss reached: the weights kept
-    lr: float     # the step size the fit ended with
+    lr: float | None = None  # the step size an optimiser's fit ended with
 
 
 def fit(loss: Callable[[bool], float], step: Callable[[float], None], save: Callable[[], Any],
@@ -133,11 +132,12 @@ def shift(params: list[torch.nn.Parameter], delta: torch.Tensor) -> None:
 
 def gauss_newton_fit(diffs: Callable[[], tuple[torch.Tensor, torch.Tensor]],
                      params: list[torch.nn.Parameter], loss: Callable[[], float], ridge: float,
-                     steps: int) -> Fit:
+                     steps: int, first: float) -> Fit:
     """``steps`` damped Gauss-Newton steps (:func:`gauss_newton`) that move ``diffs()``'s
-    values (with gradients) to its targets; a step that does not lower ``loss()`` is halved
-    up to four times, then undone."""
-    first = best = loss()
+    values (with gradients) to its targets, from ``first = loss()`` at the start (which the
+    caller has already); a step that does not lower ``loss()`` is halved up to four times,
+    then undone."""
+    best = first
     for _ in range(steps):
         values, want = diffs()
         delta = gauss_newton(jacobian(values, params), (want - values).detach().float(), ridge)
@@ -153,4 +153,4 @@ def gauss_newton_fit(diffs: Callable[[], tuple[torch.Tensor, torch.Tensor]],
             best = now
         else:
             shift(params, -scale * delta)
-    return Fit(first, best, 0.0)
+    return Fit(first, best)

@@ -71,8 +71,8 @@ class Variant:
     grow: float = 1.0           # k <- grow * k after every magnet move
     warm: int = 0               # first `warm` steps: c = 1, lr warm_lr, no magnet; then the
     warm_lr: float = 0.1        # magnet starts as a copy of the policy (a warm start)
-    target: float = 0.0         # eta of MMD's closed-form step (train.policy_target), fitted
-    fit: int = 20               # by this many optimiser steps on KL(target || pi); 0: off
+    target: float = 0.0         # eta of MMD's closed-form step (train.policy_target); 0: off
+    fit: int = 20               # steps of the fit on KL(target || pi)
     visits: bool = False        # eta per state x its share of the decisions / the mean share
     solver: str = "adam"        # the fit: adam (marl.targets.fit) or gauss_newton
     ridge: float = 1e-3         # gauss_newton's damping (train.policy_target.ridge)
@@ -291,7 +291,7 @@ def fit_target(policy: TablePolicy, opt, rows: list[tuple], magnet: torch.Tensor
                 return float(target_kl(torch.log_softmax(policy.logits()[idx], 1),
                                        target).mean())
 
-        gauss_newton_fit(diffs, list(policy.parameters()), kl, v.ridge, v.fit)
+        gauss_newton_fit(diffs, list(policy.parameters()), kl, v.ridge, v.fit, kl())
         return
 
     def loss(grad: bool) -> float:
