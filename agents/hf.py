@@ -15,7 +15,7 @@ import json
 import random
 import warnings
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -334,7 +334,9 @@ class ModelHost:
         return cache, mask[rows]
 
     def _tree_scores(self, prompts: list[list[int]], candidates: list[list[list[int]]],
-                     max_head: int | None = None) -> tuple[list[torch.Tensor], torch.Tensor, int]:
+                     max_head: int | None = None,
+                     rows: Callable[[torch.Tensor], None] | None = None
+                     ) -> tuple[list[torch.Tensor], torch.Tensor, int]:
         """``log p(c | prompt)`` for every candidate of every prompt, each token run once,
         plus the prompts' hidden states after the shared head and that head's length (at
         most ``max_head``).
@@ -342,11 +344,15 @@ class ModelHost:
         Three levels share their work through the KV cache: the prompts' common head (once),
         each prompt's own tail (once per prompt), then the candidates (once per pair).  Only
         the positions that predict a candidate token go through the vocabulary projection.
+        ``rows(owner)``, if given, hears before each forward after the head which prompt
+        each of its batch rows serves.
         """
         head = _common_prefix(prompts) if len(prompts) > 1 else len(prompts[0]) - 1
         head = head if max_head is None else min(head, max_head)
         tails = [p[head:] for p in prompts]
         cache, mask = self._shared_heads([prompts[0][:head]], [0] * len(prompts))
+        if rows is not None:
+            rows(torch.arange(len(prompts)))
         hidden, cache, mask = self._extend(tails, torch.full((len(prompts),), head), cache, mask)
         last = torch.tensor([len(t) - 1 for t in tails])
         first = hidden[torch.arange(len(prompts)), last.to(hidden.device)]  # predicts c[0]
@@ -354,6 +360,8 @@ class ModelHost:
         flat = [c for cs in candidates for c in cs]
         picks = [first[owner]]  # [pairs, hidden]: the state before each candidate's 1st token
         if max(len(c) for c in flat) > 1:
+            if rows is not None:
+                rows(owner)
             cache.batch_select_indices(owner.to(self.device))
             rest, _, _ = self._extend([c[:-1] for c in flat], head + last[owner] + 1, cache,
                                       mask[owner])
@@ -395,6 +403,14 @@ class ModelHost:
             if entropy:
                 ents.append(-(logsm.exp() * logsm).sum(-1))
         return logps, ents, scores
+
+    def separate_scores(self, prompts: list[list[int]], candidates: list[list[list[int]]],
+                        rows: Callable[[torch.Tensor], None]) -> list[torch.Tensor]:
+        """``log p(c | prompt)`` for distinct ``prompts``, with no work shared between them:
+        every batch row of every forward serves one prompt, which ``rows(owner)`` hears
+        before the forward runs.  What each prompt contributes to a gradient can then be
+        read off its rows' activations (per-state Jacobians, ``marl.targets.RowGrads``)."""
+        return self._tree_scores(prompts, candidates, max_head=0, rows=rows)[0]
 
     def candidate_scores(self, prompts: list[list[int]], candidates: list[list[list[int]]]
                          ) -> list[torch.Tensor]:

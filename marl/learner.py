@@ -40,7 +40,15 @@ from agents.precision import autocast
 from configs import TeamConfig
 from marl.loss import exact_kl, grpo_loss, k3
 from marl.optim import Optimizer, OptimizerFactory, TorchAdamW
-from marl.targets import Fit, action_values, fit, gauss_newton_fit, mmd_target, target_kl
+from marl.targets import (
+    Fit,
+    RowGrads,
+    action_values,
+    fit,
+    gauss_newton_fit,
+    mmd_target,
+    target_kl,
+)
 
 
 @dataclass
@@ -198,9 +206,15 @@ class Learner:
             self.host.set_adapter_weights(magnet_adapter(a), weights[a])
 
     # ----- the loss of one micro-batch
-    def _micro_loss(self, items: list[TrainItem], n_total: int):
+    def _micro_loss(self, items: list[TrainItem], n_total: int,
+                    gaps: list | None = None):
         """Loss of ``items`` scaled by their share of the batch's tokens, its forwards in
-        the learner's precision (the backward follows the forward's dtypes)."""
+        the learner's precision (the backward follows the forward's dtypes).
+
+        With ``gaps`` the ratio's old log-probs are this forward's own, detached: what the
+        correction would recompute before a one-pass update (the same weights), so the ratio
+        is exactly 1 and carries the gradient; ``tis`` weighs each token by
+        ``min(pi_learner / pi_engine, cap)``; ``gaps`` gathers the mismatch."""
         choice = items[0].kind == "choice"
         adv = torch.tensor([it.advantage for it in items], device=self.host.device)
         with autocast(self.precision, self.host.device):
@@ -208,11 +222,18 @@ class Learner:
             dists = self._choice_dists(items) if choice else None
             logp, old, mask, ent = (self._choice_logp(items, dists) if choice
                                     else self._logp_fn(items[0])(items))
+            tis = None
+            if gaps is not None:
+                engine, old = old, logp.detach()
+                gaps[0] += float(((engine - old).abs() * mask).sum())
+                gaps[1] += int(mask.sum())
+                if self.correction == "tis":
+                    tis = (old - engine).exp().clamp(max=self.tis_cap) * mask
             ref = None
             if self.kl > 0:  # the frozen reference is the base with adapters disabled
                 with torch.no_grad(), self.host.use(None):
                     ref = self._logp_fn(items[0])(items)[0]
-            weights = None
+            weights = tis
             if items[0].weights is not None:
                 weights = torch.zeros_like(mask)
                 for i, it in enumerate(items):
@@ -328,14 +349,18 @@ class Learner:
         if self.target_eta > 0:
             return self._fit(items)
         n_total = sum(it.tokens for it in items)
+        # one pass: the old log-probs the correction asks for are the loss forward's own,
+        # detached (the same weights), so no pass of their own is needed
+        own_old = self.correction != "none" and self.epochs == 1
         mismatch = None
-        if self.correction != "none" and items:
+        if self.correction != "none" and items and not own_old:
             items, mismatch = self._relabel(items)
         for _ in range(self.epochs):
-            stats = self._step(items, n_total)
+            stats = self._step(items, n_total, own_old)
             if stats.skipped:
                 break
-        stats.mismatch = mismatch
+        if not own_old:
+            stats.mismatch = mismatch
         return stats
 
     @torch.no_grad()
@@ -362,13 +387,16 @@ class Learner:
                         out.append(replace(it, old_logprobs=mine.tolist(), weights=w))
         return out, float(torch.cat(diffs).mean())
 
-    def _step(self, items: list[TrainItem], n_total: int) -> UpdateStats:
-        """Accumulate the loss of every item, per agent, then take one clipped step."""
+    def _step(self, items: list[TrainItem], n_total: int, own_old: bool = False
+              ) -> UpdateStats:
+        """Accumulate the loss of every item, per agent, then take one clipped step;
+        ``own_old``: the ratio's old log-probs are this pass's own (see ``_micro_loss``)."""
         self.optimizer.zero_grad()
         by_agent: dict[tuple, list[TrainItem]] = defaultdict(list)
         for it in items:
             by_agent[(it.adapter, it.kind, str(it.agent))].append(it)
         totals = defaultdict(float)
+        gaps = [0.0, 0]  # sum |log pi_engine - log pi_learner| over tokens, tokens
         agent_norms: dict[str, float] = {}
         self.host.model.train()
         try:
@@ -376,7 +404,8 @@ class Learner:
                 with (self.host.use(adapter),
                       _GradTap(self.params, lambda: self.optimizer.loss_scale) as tap):
                     for chunk in self._chunks(group):
-                        parts, share = self._micro_loss(chunk, n_total)
+                        parts, share = self._micro_loss(chunk, n_total, gaps if own_old
+                                                        else None)
                         if not torch.isfinite(parts.loss):
                             self.optimizer.discard()
                             return UpdateStats(float("nan"), float("nan"), {}, 0, 0, 0,
@@ -396,7 +425,8 @@ class Learner:
         if not math.isfinite(norm):
             return UpdateStats(totals["loss"], norm, agent_norms, 0, 0, 0, n_total, skipped=True)
         return UpdateStats(totals["loss"], norm, agent_norms, totals["clip"], totals["kl"],
-                           totals["ent"], n_total, kl_magnet=totals["kl_magnet"])
+                           totals["ent"], n_total, kl_magnet=totals["kl_magnet"],
+                           mismatch=gaps[0] / gaps[1] if own_old and gaps[1] else None)
 
     # ----- policy targets: MMD's closed-form step, fitted
     def _fit(self, items: list[TrainItem]) -> UpdateStats:
@@ -481,22 +511,46 @@ class Learner:
         the KL ``first`` at the start."""
         best = first
         for adapter, group in sorted(by_adapter.items()):
+            params = self.adapter_params[adapter]
 
-            def diffs(adapter: str = adapter, group: list[tuple] = group):
-                values, want = [], []
+            def linearise(adapter: str = adapter, group: list[tuple] = group,
+                          params: list = params) -> tuple[torch.Tensor, torch.Tensor]:
+                jac, residual = [], []
                 with self.host.use(adapter):
                     for chunk in self._chunks([states[k] for k in group]):
-                        with autocast(self.precision, self.host.device):
-                            dists = self._choice_dists(chunk)
-                        for it, lp in zip(chunk, dists, strict=True):
-                            t = targets[_state_key(it)]
-                            values.append(lp.float()[1:] - lp.float()[0])
-                            want.append(t[1:] - t[0])
-                return torch.cat(values), torch.cat(want)
+                        j, r = self._state_jacobian(chunk, params, targets)
+                        jac.append(j)
+                        residual.append(r)
+                return torch.cat(jac), torch.cat(residual)
 
-            best = gauss_newton_fit(diffs, self.adapter_params[adapter], lambda: loss(False),
-                                    self.ridge, self.fit_steps, best).best
+            best = gauss_newton_fit(linearise, params, lambda: loss(False), self.ridge,
+                                    self.fit_steps, best).best
         return Fit(first, best)
+
+    def _state_jacobian(self, chunk: list[TrainItem], params: list[torch.nn.Parameter],
+                        targets: dict[tuple, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The logit differences of ``chunk``'s states (distinct): their Jacobian over
+        ``params`` ([rows, P], a row per (state, action > 0)) and their residuals to the
+        targets.  The states are scored without shared work, so one backward pass per action
+        index gives every state's row (:class:`marl.targets.RowGrads`)."""
+        with (RowGrads(self.host.model, params, len(chunk)) as rows,
+              autocast(self.precision, self.host.device)):
+            scores = self.host.separate_scores([it.prompt_ids for it in chunk],
+                                               [it.candidate_ids for it in chunk], rows.owner)
+        dists = [torch.log_softmax(s.float() / scale_temperature(it.temperature), 0)
+                 for it, s in zip(chunk, scores, strict=True)]
+        width = max(len(d) for d in dists)
+        per_action = []
+        for a in range(1, width):
+            total = sum(d[a] - d[0] for d in dists if len(d) > a)
+            torch.autograd.grad(total, params, retain_graph=a < width - 1, allow_unused=True)
+            per_action.append(rows.take())
+        jac, residual = [], []
+        for k, (it, d) in enumerate(zip(chunk, dists, strict=True)):
+            t = targets[_state_key(it)]
+            jac.extend(per_action[a - 1][k] for a in range(1, len(d)))
+            residual.append((t[1:] - t[0]) - (d[1:] - d[0]).detach())
+        return torch.stack(jac), torch.cat(residual)
 
     # ----- state for workers and checkpoints
     def weights(self) -> dict[str, dict[str, torch.Tensor]]:

@@ -162,6 +162,30 @@ def test_recompute_makes_the_ratio_the_learners_and_logs_the_mismatch() -> None:
     assert exact.mismatch is None  # no correction: nothing recomputed
 
 
+def test_a_one_pass_correction_takes_no_forward_of_its_own() -> None:
+    """With one epoch the recomputed old log-probs are the loss forward's own (the same
+    weights): the update scores the batch as often as without a correction.  With two
+    epochs they are computed first, and both report the same mismatch."""
+    items = _shifted(_batch(_host()), 0.1)
+    forwards = {}
+    for correction, epochs in (("none", 1), ("recompute", 1), ("recompute", 2)):
+        host = _host()
+        calls = [0]
+
+        def counted(*args, _score=host.candidate_scores, _calls=calls):
+            _calls[0] += 1
+            return _score(*args)
+
+        host.candidate_scores = counted
+        stats = Learner(host, ["red"], lr=0.05, correction=correction,
+                        epochs=epochs).update(items)
+        if correction != "none":
+            assert stats.mismatch == pytest.approx(0.1, abs=1e-5)
+        forwards[correction, epochs] = calls[0]
+    assert forwards["none", 1] == forwards["recompute", 1] > 0
+    assert forwards["recompute", 2] == 3 * forwards["none", 1]  # relabelling, two epochs
+
+
 def test_tis_weights_tokens_by_the_truncated_engine_ratio() -> None:
     items = _batch(_host())
     exact = Learner(_host(), ["red"], lr=0.05).update(items)

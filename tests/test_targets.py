@@ -4,6 +4,7 @@ fit on the tiny model, the config's checks and a training run."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -13,8 +14,16 @@ from test_learner import TEMPERATURE, _batch, _host
 from test_magnet import KUHN, _learner, _perturbed
 
 from configs import ConfigError, load_config_text
-from marl.learner import Learner, magnet_adapter
-from marl.targets import action_values, fit, gauss_newton, mmd_target, target_kl
+from marl.learner import Learner, _state_key, magnet_adapter
+from marl.targets import (
+    action_values,
+    fit,
+    gauss_newton,
+    gauss_newton_fit,
+    jacobian,
+    mmd_target,
+    target_kl,
+)
 from marl.trainer import Trainer, TrainingError
 
 TARGET = "  advantage_scale: none\n  policy_target: {eta: 1.0, fit_steps: 3}\n"
@@ -152,6 +161,67 @@ def test_gauss_newton_moves_coupled_values_to_their_targets() -> None:
     assert (jac @ delta).tolist() == pytest.approx(r.tolist(), abs=1e-5)
     grad = jac.T @ r
     assert (jac @ grad)[0] * (jac @ grad)[1] > 0  # the gradient moves both the same way
+
+
+def test_one_backward_gives_every_state_s_row_of_the_jacobian() -> None:
+    """The learner's per-state Jacobian (states scored apart, each state's gradient read off
+    its own rows in one backward per action index) equals one backward per logit difference
+    through the shared-head scoring, for states with three and with two actions."""
+    host = _host()
+    host.set_adapter_weights("red", _perturbed(host.adapter_weights("red"), 1))  # B != 0
+    items = _batch(host, n=5)
+    for it in items:  # a common head, which the shared scoring computes once
+        it.prompt_ids = [7, 8, 9, 10, 11, 12] + it.prompt_ids
+    items[4].candidate_ids = items[4].candidate_ids[:2]
+    learner = Learner(host, ["red"], lr=0.01, target_eta=1.0, solver="gauss_newton")
+    g = torch.Generator().manual_seed(3)
+    targets = {_state_key(it): torch.log_softmax(torch.randn(len(it.candidate_ids),
+                                                             generator=g), 0) for it in items}
+    with host.use("red"):
+        jac, residual = learner._state_jacobian(items, learner.params, targets)
+        scores = host.candidate_scores([it.prompt_ids for it in items],
+                                       [it.candidate_ids for it in items])
+        dists = [torch.log_softmax(s / TEMPERATURE, 0) for s in scores]
+        values = torch.cat([lp[1:] - lp[0] for lp in dists])
+        want = jacobian(values, learner.params)
+    assert jac.shape == want.shape == (4 * 2 + 1, sum(p.numel() for p in learner.params))
+    assert float(want.abs().max()) > 0.1
+    torch.testing.assert_close(jac, want, rtol=1e-4, atol=1e-5)
+    wanted = torch.cat([targets[_state_key(it)][1:] - targets[_state_key(it)][0]
+                        for it in items])
+    torch.testing.assert_close(residual, wanted - values.detach(), rtol=1e-5, atol=1e-5)
+
+
+def test_the_gauss_newton_step_takes_its_best_length() -> None:
+    """v(w) = w - 2 w^3 from w = 0 towards 1.5 (J = 1, so the full step is w = 1.5): of the
+    lengths 1, 1/2, 1/4, 1/8, 0.375 lands closest (v 0.27; 0.75 overshoots to v -0.09) and
+    is kept.  Steps that all raise the loss leave w as it was and end the fit."""
+    w = torch.nn.Parameter(torch.zeros(1, dtype=torch.float64))
+    seen = []
+
+    def loss(v: Callable = lambda w: w - 2 * w**3) -> float:
+        seen.append(round(float(w.detach()), 4))
+        return (1.5 - float(v(w).detach())) ** 2
+
+    def linearise():
+        v = w - 2 * w**3
+        return jacobian(v, [w]), (1.5 - v).detach()
+
+    result = gauss_newton_fit(linearise, [w], loss, ridge=1e-9, steps=1, first=loss(),
+                              lengths=4)
+    assert seen == [0.0, 1.5, 0.75, 0.375, 0.1875]
+    assert float(w.detach()) == pytest.approx(0.375)
+    assert result.best == pytest.approx((1.5 - 0.375 + 2 * 0.375**3) ** 2)
+    w.data.zero_()
+    seen.clear()
+
+    def away():  # v(w) = w, but a residual pointing the wrong way: every step is worse
+        return jacobian(w * 1.0, [w]), torch.tensor([-1.5], dtype=torch.float64)
+
+    result = gauss_newton_fit(away, [w], lambda: loss(lambda w: w), ridge=1e-9, steps=3,
+                              first=loss(lambda w: w), lengths=4)
+    assert len(seen) == 1 + 4 and float(w.detach()) == 0.0
+    assert result.best == result.first == 2.25
 
 
 def test_gauss_newton_fits_the_tiny_model_closer_than_adam() -> None:

@@ -45,7 +45,14 @@ from games.analysis import exploitability, info_states  # noqa: E402
 from games.registry import make  # noqa: E402
 from marl.advantages import Samples, make_estimator, remove_common_mode  # noqa: E402
 from marl.loss import exact_kl, grpo_loss, k3  # noqa: E402
-from marl.targets import action_values, fit, gauss_newton_fit, mmd_target, target_kl  # noqa: E402
+from marl.targets import (  # noqa: E402
+    action_values,
+    fit,
+    gauss_newton_fit,
+    jacobian,
+    mmd_target,
+    target_kl,
+)
 
 GAME = "kuhn_poker"
 
@@ -282,16 +289,19 @@ def fit_target(policy: TablePolicy, opt, rows: list[tuple], magnet: torch.Tensor
         target = mmd_target(logp, magnet[idx], torch.tensor(list(q.values())), eta, v.magnet)
 
     if v.solver == "gauss_newton":
-        def diffs():
+        params = list(policy.parameters())
+
+        def linearise():
             lp = torch.log_softmax(policy.logits()[idx], 1)
-            return lp[:, 1] - lp[:, 0], target[:, 1] - target[:, 0]
+            values = lp[:, 1] - lp[:, 0]
+            return jacobian(values, params), (target[:, 1] - target[:, 0] - values).detach()
 
         def kl() -> float:
             with torch.no_grad():
                 return float(target_kl(torch.log_softmax(policy.logits()[idx], 1),
                                        target).mean())
 
-        gauss_newton_fit(diffs, list(policy.parameters()), kl, v.ridge, v.fit, kl())
+        gauss_newton_fit(linearise, params, kl, v.ridge, v.fit, kl())
         return
 
     def loss(grad: bool) -> float:
