@@ -141,7 +141,6 @@ class RowGrads:
         missing = [p for p in params if id(p) not in by_weight]
         if missing:
             raise ValueError(f"{len(missing)} parameters are not nn.Linear weights")
-        self.params, self.units = params, units
         self.modules = [by_weight[id(p)] for p in params]
         self.acc = [torch.zeros(units, *p.shape, device=p.device) for p in params]
         self._owner: torch.Tensor | None = None
