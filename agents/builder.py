@@ -134,13 +134,16 @@ def model_path(ref: str) -> str:
 def _vllm(role: RoleConfig, ctx: BuildContext) -> Policy:
     """A vLLM engine per base model for decoding; the role's weights (and the adapter a
     learner trains) stay on its model host, from which the engine takes them."""
-    from agents.vllm_backend import VLLMEngine  # an extra, imported only when asked for
+    from agents.vllm_backend import SCORING_MODES, VLLMEngine  # an extra, imported if asked
 
     host, adapter = _host(role, ctx)
     key = "vllm:" + host_key(ctx.cfg, role)
     if key not in ctx.hosts:
+        scores = any(r.decoding.mode in SCORING_MODES for r in ctx.cfg.roles
+                     if r.backend == "vllm" and host_key(ctx.cfg, r) == host_key(ctx.cfg, role))
         ctx.hosts[key] = VLLMEngine(model_path(role.model), seed=ctx.seed,  # type: ignore
-                                    precision=role.decoding.precision)
+                                    precision=role.decoding.precision,
+                                    weight_sync="merge" if scores else None)
     dec = role.decoding
     return make_policy("vllm", engine=ctx.hosts[key], host=host, adapter=adapter,
                        mode=dec.mode, temperature=dec.temperature,

