@@ -38,6 +38,7 @@ import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -250,17 +251,13 @@ def main() -> None:
         results[label] = child(label, backend, precision, options, args, 0)
     ok = {k: v for k, v in results.items() if "error" not in v}
     base = ok.get(ENGINES[0][0])
-    table = Table(title=f"{args.model}: {args.batch} prompts, {args.new_tokens} new tokens")
-    for col in ("engine", "tokens/s", "vs transformers fp32", "start-up s", "RSS GiB",
-                "PSS GiB"):
-        table.add_column(col, justify="left" if col == "engine" else "right")
-    for label, r in results.items():
-        if "error" in r:
-            table.add_row(label, "failed: " + r["error"][:60], "", "", "", "")
-            continue
-        ratio = f"{r['tok_s'] / base['tok_s']:.2f}x" if base else ""
-        table.add_row(label, f"{r['tok_s']:.1f}", ratio, f"{r['start_s']:.1f}",
-                      f"{r.get('VmRSS', 0):.2f}", f"{r.get('Pss', 0):.2f}")
+    table = result_table(
+        f"{args.model}: {args.batch} prompts, {args.new_tokens} new tokens",
+        ("engine", "tokens/s", "vs transformers fp32", "start-up s", "RSS GiB", "PSS GiB"),
+        results, lambda r: [f"{r['tok_s']:.1f}",
+                            f"{r['tok_s'] / base['tok_s']:.2f}x" if base else "",
+                            f"{r['start_s']:.1f}", f"{r.get('VmRSS', 0):.2f}",
+                            f"{r.get('Pss', 0):.2f}"])
     console = Console()
     console.print(table)
     if args.games and ok:
@@ -284,10 +281,25 @@ def main() -> None:
     out.write_text(json.dumps(results, indent=1))
 
 
+def result_table(title: str, columns: tuple[str, ...], results: dict[str, dict],
+                 cells: Callable[[dict], list[str]]):
+    """A rich table, one row per engine: ``cells(result)`` where it ran, its error where not."""
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col in columns:
+        table.add_column(col, justify="left" if col == columns[0] else "right")
+    for label, r in results.items():
+        if "error" in r:
+            table.add_row(label, "failed: " + r["error"][:60], *[""] * (len(columns) - 2))
+        else:
+            table.add_row(label, *cells(r))
+    return table
+
+
 def weight_sync(args: argparse.Namespace) -> None:
     """The :data:`SYNCS` table: seconds per sync and tokens/s after it, against transformers."""
     from rich.console import Console
-    from rich.table import Table
 
     from agents.precision import resolve
 
@@ -296,18 +308,14 @@ def weight_sync(args: argparse.Namespace) -> None:
     results = {label: child(label, backend, precision, options, args, 0)
                for label, backend, options in SYNCS}
     base = results[SYNCS[0][0]]
-    table = Table(title=f"{args.model} with a LoRA adapter ({precision}): {args.batch} prompts, "
-                        f"{args.new_tokens} new tokens, an update before each round")
-    for col in ("engine", "sync s", "first batch tok/s", "steady tok/s", "steady vs transformers",
-                "RSS GiB"):
-        table.add_column(col, justify="left" if col == "engine" else "right")
-    for label, r in results.items():
-        if "error" in r:
-            table.add_row(label, "failed: " + r["error"][:60], "", "", "", "")
-            continue
-        ratio = f"{r['tok_s'] / base['tok_s']:.2f}x" if "error" not in base else ""
-        table.add_row(label, f"{r['sync_s']:.2f}", f"{r['first_tok_s']:.1f}", f"{r['tok_s']:.1f}",
-                      ratio, f"{r.get('VmRSS', 0):.2f}")
+    table = result_table(
+        f"{args.model} with a LoRA adapter ({precision}): {args.batch} prompts, "
+        f"{args.new_tokens} new tokens, an update before each round",
+        ("engine", "sync s", "first batch tok/s", "steady tok/s", "steady vs transformers",
+         "RSS GiB"),
+        results, lambda r: [f"{r['sync_s']:.2f}", f"{r['first_tok_s']:.1f}", f"{r['tok_s']:.1f}",
+                            f"{r['tok_s'] / base['tok_s']:.2f}x" if "error" not in base else "",
+                            f"{r.get('VmRSS', 0):.2f}"])
     Console(width=120).print(table)
     print(f"load average at end: {os.getloadavg()}")
     out = Path(args.cache) / "weight_sync.json"
