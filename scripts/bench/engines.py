@@ -143,15 +143,14 @@ def run_engine(args: argparse.Namespace) -> dict:
 
 
 def update_adapter(policy, seed: int) -> None:
-    """Move every LoRA matrix of the policy's adapter in place, as an optimizer step does (the
-    in-place write is what the engines' version counters see)."""
+    """Move every LoRA matrix of the policy's adapter, written in place as an optimizer step
+    writes it (the in-place write is what the engines' version counters see)."""
     import torch
 
     gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in policy.host.model.named_parameters():
-            if f".{policy.adapter}." in name and "lora_" in name:
-                p.add_(torch.randn(p.shape, generator=gen) * 1e-3)
+    weights = policy.host.adapter_weights(policy.adapter)
+    policy.host.set_adapter_weights(policy.adapter, {
+        k: v + torch.randn(v.shape, generator=gen) * 1e-3 for k, v in weights.items()})
 
 
 def run_sync(args: argparse.Namespace) -> dict:
