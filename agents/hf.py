@@ -95,6 +95,10 @@ class ModelHost:
         self._memo_version: dict[str | None, tuple[int, ...]] = {}
         self._owners: dict[str | None, list[torch.Tensor]] | None = None
         self._active: str | None = None
+        self._peft_active: str | None = None  # what PEFT last set: set_adapter walks every
+        # module (~25 ms), and a rollout step asks for the same adapter hundreds of times
+        self._prompt_memo: dict[tuple, tuple[list[int], bool]] = {}  # chat templating and
+        # tokenising cost ~0.5 ms a prompt; small games repeat a few prompts thousands of times
         # transformers 5 renamed the KV-cache argument; older releases (vLLM pins one) differ
         forward = inspect.signature(type(model).forward).parameters
         self._cache_kw = "cache" if "cache" in forward else "past_key_values"
@@ -204,19 +208,26 @@ class ModelHost:
             if adapter not in self.adapters:
                 raise KeyError(f"no adapter {adapter!r}; known: {self.adapters}")
             previous = self._active
-            self.model.set_adapter(adapter)
+            self._set_adapter(adapter)
             self._active = adapter
             try:
                 yield
             finally:
                 if previous is not None and previous != adapter:
-                    self.model.set_adapter(previous)
+                    self._set_adapter(previous)
                     self._active = previous
 
+    def _set_adapter(self, adapter: str) -> None:
+        if self._peft_active != adapter:
+            self.model.set_adapter(adapter)
+            self._peft_active = adapter
+
     def _forget(self, adapter: str) -> None:
-        """An adapter was added or removed: its remembered scores and the owner map go."""
+        """An adapter was added or removed: its remembered scores and the owner map go, and
+        PEFT's active adapter is set again on next use (adding and deleting may move it)."""
         self._memo.pop(adapter, None)
         self._owners = None
+        self._peft_active = None
 
     def weights_version(self, adapter: str | None) -> tuple[int, ...]:
         """Changes whenever a parameter that ``adapter``'s scores depend on (its own and the
@@ -240,6 +251,20 @@ class ModelHost:
         The tail holds the current state and the legal moves, so it is what must survive.
         Returns the ids and whether they were truncated.
         """
+        key = (tuple(tuple(sorted(m.items())) for m in messages), max_tokens)
+        if key not in self._prompt_memo:
+            if len(self._prompt_memo) > 100_000:
+                self._prompt_memo.clear()
+            self._prompt_memo[key] = self._tokenise(messages, max_tokens)
+        ids, cut = self._prompt_memo[key]
+        if cut:
+            self.truncations += 1
+            warnings.warn(f"prompt truncated to its last {max_tokens} tokens "
+                          "(decoding.max_prompt_tokens)", stacklevel=2)
+        return list(ids), cut
+
+    def _tokenise(self, messages: list[dict[str, str]], max_tokens: int
+                  ) -> tuple[list[int], bool]:
         tok = self.tokenizer
         if getattr(tok, "chat_template", None):
             text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
@@ -248,9 +273,6 @@ class ModelHost:
         ids = tok(text, add_special_tokens=False)["input_ids"]
         if len(ids) <= max_tokens:
             return ids, False
-        self.truncations += 1
-        warnings.warn(f"prompt of {len(ids)} tokens truncated to its last {max_tokens} "
-                      "(decoding.max_prompt_tokens)", stacklevel=2)
         return ids[-max_tokens:], True
 
     def text_ids(self, text: str) -> list[int]:

@@ -239,6 +239,61 @@ def test_openai_backend_against_loopback_server(monkeypatch: pytest.MonkeyPatch)
         server.shutdown()
 
 
+def test_nested_adapter_blocks_score_with_the_adapter_named(host: ModelHost) -> None:
+    """PEFT's set_adapter is skipped when the adapter asked for is already set, so every way
+    of entering and leaving blocks (the base or another adapter inside an adapter, after an
+    adapter was added) must leave the named adapter scoring."""
+    req = kuhn_request()
+    prompts, cands = [host.prompt_ids(req.messages)[0]], [
+        [host.text_ids(t) for t in req.action_texts]]
+    with torch.no_grad():
+        for name, p in host.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5 if ".red." in name else 0.9)
+
+    def score(_: str | None) -> torch.Tensor:  # the name says what the block should score
+        with torch.no_grad():
+            return torch.stack([lp.sum() for lp in host.sequence_logprobs(prompts * 2, cands[0])])
+
+    with host.use("red"):
+        red = score("red")
+    with host.use(None):
+        base = score(None)
+    with host.use("blue"):
+        blue = score("blue")
+    assert not torch.allclose(red, blue) and not torch.allclose(red, base)
+    with host.use("red"):
+        with host.use(None):
+            assert torch.allclose(score(None), base)
+        assert torch.allclose(score("red"), red)
+        with host.use("blue"):
+            assert torch.allclose(score("blue"), blue)
+        assert torch.allclose(score("red"), red)
+    with host.use("red"):
+        assert torch.allclose(score("red"), red)
+    host.add_adapter("green")
+    with host.use("green"):
+        assert torch.allclose(score("green"), base, atol=1e-5)  # fresh: B = 0
+    with host.use("red"):
+        assert torch.allclose(score("red"), red)
+
+
+def test_prompts_are_templated_once(host: ModelHost, monkeypatch: pytest.MonkeyPatch) -> None:
+    req = kuhn_request()
+    calls = []
+    template = host.tokenizer.apply_chat_template
+    monkeypatch.setattr(host.tokenizer, "apply_chat_template",
+                        lambda *a, **k: calls.append(1) or template(*a, **k))
+    first, cut = host.prompt_ids(req.messages)
+    again, _ = host.prompt_ids([dict(m) for m in req.messages])
+    other, _ = host.prompt_ids(kuhn_request(seed=3).messages)
+    assert again == first and not cut and len(calls) == 1 + (other != first)
+    again.append(0)  # callers own what they get
+    assert host.prompt_ids(req.messages)[0] == first
+    short, cut = host.prompt_ids(req.messages, max_tokens=5)
+    assert cut and short == first[-5:]
+
+
 def test_choice_scores_are_remembered_until_a_weight_changes(host: ModelHost) -> None:
     req = kuhn_request()
     prompts, cands = [host.prompt_ids(req.messages)[0]], [
