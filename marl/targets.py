@@ -104,7 +104,10 @@ def gauss_newton(jacobian: torch.Tensor, residual: torch.Tensor, ridge: float) -
     tie the states together (one direction moves every card's "bet"), J J^T is
     ill-conditioned and a gradient step follows its largest eigenvector; this step moves each
     state by what its target asks."""
-    gram = (jacobian @ jacobian.T).double()  # K x K, solved in float64: it is ill-conditioned
+    wide = jacobian.double()  # J J^T sums over every parameter (SmolLM2's LoRA: ~2M): in
+    # float32 its rounding (~1e-4 of the largest entry) exceeds the ridge on the directions
+    # that tell the states apart, so it is formed and solved in float64
+    gram = wide @ wide.T
     lam = ridge * float(gram.diagonal().mean()) + 1e-12
     eye = torch.eye(len(gram), dtype=gram.dtype, device=gram.device)
     c = torch.linalg.solve(gram + lam * eye, residual.to(gram))

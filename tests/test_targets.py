@@ -163,6 +163,20 @@ def test_gauss_newton_moves_coupled_values_to_their_targets() -> None:
     assert (jac @ grad)[0] * (jac @ grad)[1] > 0  # the gradient moves both the same way
 
 
+def test_gauss_newton_resolves_weak_directions_of_a_wide_float32_jacobian() -> None:
+    """A float32 Jacobian over 2M parameters (an LLM's adapter): a shared direction 100x
+    stronger than each state's own.  The step must still land every value on its target: the
+    Gram matrix's float32 rounding swamps the own directions (every value missed)."""
+    gen = torch.Generator().manual_seed(0)
+    p, k = 2_000_000, 6
+    shared = torch.randn(p, generator=gen) * 100
+    own = torch.randn(k, p, generator=gen)
+    jac = (shared + own).float()
+    r = torch.randn(k, generator=gen, dtype=torch.float64) * 0.1
+    delta = gauss_newton(jac, r, ridge=1e-9)
+    assert (jac.double() @ delta.double()).tolist() == pytest.approx(r.tolist(), abs=1e-4)
+
+
 def test_one_backward_gives_every_state_s_row_of_the_jacobian() -> None:
     """The learner's per-state Jacobian (states scored apart, each state's gradient read off
     its own rows in one backward per action index) equals one backward per logit difference
