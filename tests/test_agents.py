@@ -241,8 +241,8 @@ def test_openai_backend_against_loopback_server(monkeypatch: pytest.MonkeyPatch)
 
 def test_nested_adapter_blocks_score_with_the_adapter_named(host: ModelHost) -> None:
     """PEFT's set_adapter is skipped when the adapter asked for is already set, so every way
-    of entering and leaving blocks (the base or another adapter inside an adapter, after an
-    adapter was added) must leave the named adapter scoring."""
+    of entering and leaving blocks (the base or another adapter inside an adapter, after
+    adapters were added or deleted) must leave the named adapter scoring."""
     req = kuhn_request()
     prompts, cands = [host.prompt_ids(req.messages)[0]], [
         [host.text_ids(t) for t in req.action_texts]]
@@ -251,31 +251,38 @@ def test_nested_adapter_blocks_score_with_the_adapter_named(host: ModelHost) -> 
             if "lora_B" in name:
                 p.normal_(0, 0.5 if ".red." in name else 0.9)
 
-    def score(_: str | None) -> torch.Tensor:  # the name says what the block should score
+    def score() -> torch.Tensor:
         with torch.no_grad():
             return torch.stack([lp.sum() for lp in host.sequence_logprobs(prompts * 2, cands[0])])
 
     with host.use("red"):
-        red = score("red")
+        red = score()
     with host.use(None):
-        base = score(None)
+        base = score()
     with host.use("blue"):
-        blue = score("blue")
+        blue = score()
     assert not torch.allclose(red, blue) and not torch.allclose(red, base)
     with host.use("red"):
         with host.use(None):
-            assert torch.allclose(score(None), base)
-        assert torch.allclose(score("red"), red)
+            assert torch.allclose(score(), base)
+        assert torch.allclose(score(), red)
         with host.use("blue"):
-            assert torch.allclose(score("blue"), blue)
-        assert torch.allclose(score("red"), red)
+            assert torch.allclose(score(), blue)
+        assert torch.allclose(score(), red)
     with host.use("red"):
-        assert torch.allclose(score("red"), red)
+        assert torch.allclose(score(), red)
     host.add_adapter("green")
     with host.use("green"):
-        assert torch.allclose(score("green"), base, atol=1e-5)  # fresh: B = 0
+        assert torch.allclose(score(), base, atol=1e-5)  # fresh: B = 0
     with host.use("red"):
-        assert torch.allclose(score("red"), red)
+        assert torch.allclose(score(), red)
+    # the active adapter deleted (PEFT activates another) and added again under its name
+    weights = host.adapter_weights("red")
+    host.delete_adapter("red")
+    host.add_adapter("red", seed=3)
+    host.set_adapter_weights("red", weights)
+    with host.use("red"):
+        assert torch.allclose(score(), red)
 
 
 def test_prompts_are_templated_once(host: ModelHost, monkeypatch: pytest.MonkeyPatch) -> None:
