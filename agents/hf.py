@@ -14,6 +14,7 @@ import inspect
 import json
 import random
 import warnings
+from array import array
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -34,6 +35,7 @@ from agents.policy import (
 )
 from agents.precision import autocast, compute_dtype
 
+PROMPT_MEMO = 20_000  # distinct message lists whose prompt ids a host remembers (~1-2 KB each)
 
 def left_pad(prompts: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Left-padded ids and attention mask: generation continues every row at the same column."""
@@ -97,8 +99,9 @@ class ModelHost:
         self._active: str | None = None
         self._peft_active: str | None = None  # what PEFT last set: set_adapter walks every
         # module (~25 ms), and a rollout step asks for the same adapter hundreds of times
-        self._prompt_memo: dict[tuple, tuple[list[int], bool]] = {}  # chat templating and
+        self._prompt_memo: dict[tuple, tuple[array, bool]] = {}  # chat templating and
         # tokenising cost ~0.5 ms a prompt; small games repeat a few prompts thousands of times
+        # (ids kept as int32 arrays: free text makes every prompt new, so the memo fills up)
         # transformers 5 renamed the KV-cache argument; older releases (vLLM pins one) differ
         forward = inspect.signature(type(model).forward).parameters
         self._cache_kw = "cache" if "cache" in forward else "past_key_values"
@@ -253,9 +256,10 @@ class ModelHost:
         """
         key = (tuple(tuple(sorted(m.items())) for m in messages), max_tokens)
         if key not in self._prompt_memo:
-            if len(self._prompt_memo) > 100_000:
+            if len(self._prompt_memo) >= PROMPT_MEMO:
                 self._prompt_memo.clear()
-            self._prompt_memo[key] = self._tokenise(messages, max_tokens)
+            ids, cut = self._tokenise(messages, max_tokens)
+            self._prompt_memo[key] = array("i", ids), cut
         ids, cut = self._prompt_memo[key]
         if cut:
             self.truncations += 1
