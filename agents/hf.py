@@ -37,6 +37,7 @@ from agents.precision import autocast, compute_dtype
 
 PROMPT_MEMO = 20_000  # distinct message lists whose prompt ids a host remembers (~1-2 KB each)
 
+
 def left_pad(prompts: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Left-padded ids and attention mask: generation continues every row at the same column."""
     width = max(len(p) for p in prompts)
@@ -97,8 +98,6 @@ class ModelHost:
         self._memo_version: dict[str | None, tuple[int, ...]] = {}
         self._owners: dict[str | None, list[torch.Tensor]] | None = None
         self._active: str | None = None
-        self._peft_active: str | None = None  # what PEFT last set: set_adapter walks every
-        # module (~25 ms), and a rollout step asks for the same adapter hundreds of times
         self._prompt_memo: dict[tuple, tuple[array, bool]] = {}  # chat templating and
         # tokenising cost ~0.5 ms a prompt; small games repeat a few prompts thousands of times
         # (ids kept as int32 arrays: free text makes every prompt new, so the memo fills up)
@@ -221,16 +220,15 @@ class ModelHost:
                     self._active = previous
 
     def _set_adapter(self, adapter: str) -> None:
-        if self._peft_active != adapter:
+        """PEFT's ``set_adapter`` walks every module (~25 ms) and a rollout step asks for the
+        same adapter hundreds of times: call it only when PEFT has another one active."""
+        if getattr(self.model, "active_adapter", None) != adapter:
             self.model.set_adapter(adapter)
-            self._peft_active = adapter
 
     def _forget(self, adapter: str) -> None:
-        """An adapter was added or removed: its remembered scores and the owner map go, and
-        PEFT's active adapter is set again on next use (adding and deleting may move it)."""
+        """An adapter was added or removed: its remembered scores and the owner map go."""
         self._memo.pop(adapter, None)
         self._owners = None
-        self._peft_active = None
 
     def weights_version(self, adapter: str | None) -> tuple[int, ...]:
         """Changes whenever a parameter that ``adapter``'s scores depend on (its own and the
