@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from peft import LoraConfig, PeftModel, get_peft_model
 
+from agents.attention import use_gqa_sdpa
 from agents.policy import (
     Request,
     Response,
@@ -84,6 +85,7 @@ class ModelHost:
     """A base causal LM plus named LoRA adapters, with batched scoring and generation."""
 
     def __init__(self, model: torch.nn.Module, tokenizer) -> None:
+        use_gqa_sdpa(model)
         self.model = model.eval()  # inference by default; the learner switches to train()
         self.tokenizer = tokenizer
         if tokenizer.pad_token_id is None:

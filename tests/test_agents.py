@@ -369,3 +369,47 @@ def test_choice_scores_equal_separate_forwards_for_mixed_prompts(host: ModelHost
                 logits = host.model(input_ids=ids).logits[0, len(p) - 1: -1].float()
                 ref = torch.log_softmax(logits, -1).gather(1, torch.tensor(c)[:, None]).sum()
                 assert abs(float(score) - float(ref)) < 1e-4
+
+
+def test_grouped_query_attention_reads_kv_heads_in_place(monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    """Masked batches over a shared KV cache on a grouped-query model: the host's attention
+    never copies the KV heads, and its scores and LoRA gradients are transformers' sdpa's."""
+    from transformers.integrations import sdpa_attention
+
+    copies = []
+    real = sdpa_attention.repeat_kv
+    monkeypatch.setattr(sdpa_attention, "repeat_kv",
+                        lambda x, n: copies.append(n) or real(x, n))
+    model, tok = build_tiny_random(num_heads=4, kv_heads=2)
+    h = ModelHost(model, tok)
+    h.add_adapter("red", targets=["q_proj", "k_proj", "v_proj", "o_proj"], seed=3)
+    for name, p in h.model.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(p, std=0.05, generator=torch.Generator().manual_seed(1))
+    envs = [games.make("tic_tac_toe") for _ in range(3)]
+    for seed, (env, moves) in enumerate(zip(envs, [[], [4], [0, 8]], strict=True)):
+        env.reset(seed=seed)
+        for m in moves:
+            env.step(m)
+    agent = Agent("x", "player", policy=None, mode="choice")  # type: ignore[arg-type]
+    prompts = [h.prompt_ids(agent.request(e, e.agent_selection).messages)[0] for e in envs]
+    cands = [[h.text_ids(f"[{a}]") for a in e.legal_actions(e.agent_selection)] for e in envs]
+    params = [p for p in h.model.parameters() if p.requires_grad]
+
+    def scores_and_grads() -> tuple[torch.Tensor, torch.Tensor]:
+        for p in params:
+            p.grad = None
+        with h.use("red"):
+            scores = h.candidate_scores(prompts, cands)
+        sum(s.logsumexp(0) - s[0] for s in scores).backward()
+        return torch.cat(scores).detach(), torch.cat([p.grad.flatten() for p in params])
+
+    assert h.model.config._attn_implementation == "sdpa_gqa"
+    gqa = scores_and_grads()
+    assert copies == []
+    h.model.set_attn_implementation("sdpa")
+    sdpa = scores_and_grads()
+    assert copies and set(copies) == {2}
+    assert torch.allclose(gqa[0], sdpa[0], atol=1e-5)
+    assert torch.allclose(gqa[1], sdpa[1], atol=1e-6, rtol=1e-4)

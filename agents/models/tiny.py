@@ -51,8 +51,10 @@ def build_tiny_random(
     hidden_size: int = 64,
     num_layers: int = 2,
     num_heads: int = 4,
+    kv_heads: int | None = None,
 ) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
     """Randomly initialised Llama + tokenizer; identical weights for identical arguments.
+    ``kv_heads`` below ``num_heads`` makes its attention grouped-query (SmolLM2's kind).
 
     The init runs under a forked RNG so building a model never perturbs the caller's seeds.
     """
@@ -66,7 +68,7 @@ def build_tiny_random(
         intermediate_size=2 * hidden_size,
         num_hidden_layers=num_layers,
         num_attention_heads=num_heads,
-        num_key_value_heads=num_heads,
+        num_key_value_heads=kv_heads or num_heads,
         max_position_embeddings=1024,
         tie_word_embeddings=True,
         bos_token_id=tokenizer.bos_token_id,

@@ -73,7 +73,7 @@ def bench_game(host: ModelHost, game: str, n: int) -> None:
     flat_c = [c for cs in cands for c in cs]
 
     def tree():
-        host._memo_weights = (-1, -1)  # never served from memory
+        host._memo.clear()  # never served from memory
         return host.candidate_scores(prompts, cands)
 
     def flat():
