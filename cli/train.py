@@ -1,5 +1,5 @@
-"""``marl train``, ``marl plot``, ``marl eval exploitability``, ``marl eval population`` and
-``marl eval team``: learning and measuring it."""
+"""``marl train``, ``marl plot``, ``marl eval exploitability``, ``marl eval against``,
+``marl eval population`` and ``marl eval team``: learning and measuring it."""
 
 from __future__ import annotations
 
@@ -137,6 +137,65 @@ def eval_exploitability_cmd(
             Path(out).write_text(json.dumps({"game": game, "target": target,
                                              "exploitability": report.exploitability,
                                              **sampled, "table": report.table}, indent=1))
+
+
+@eval_app.command("against")
+def eval_against_cmd(
+    target: Annotated[str, typer.Argument(help="A team YAML (untrained), a run, checkpoint or "
+                                               "exported team folder, or a bot name.")],
+    bot: Annotated[str, typer.Option(help="The opponent: a bot with fixed action "
+                                          "probabilities (random, heuristic, optimal).")]
+        = "random",
+    game: Annotated[str, typer.Option(help="A perfect-information game: tic_tac_toe, nim, "
+                                           "connect_four (small boards).")] = "tic_tac_toe",
+    out: Annotated[str | None, typer.Option(help="Write the probabilities as JSON.")] = None,
+) -> None:
+    """Exact win, draw and loss probabilities against a bot, from every seat: the player's
+    distribution is read at every position it can reach, and the game tree does the rest."""
+    quiet_transformers()
+    import json
+    from pathlib import Path
+
+    from rich.console import Console
+    from rich.table import Table
+
+    import games
+    from agents.models import ModelError
+    from games.bots import make_bot
+    from orchestrator.evaluation import agent_probs, bot_probs, outcome_report
+    from orchestrator.participants import ParticipantLoader
+
+    env = games.make(game) if game in games.names() else None
+    if env is None or not getattr(env, "perfect_information", False):
+        fail(f"exact outcomes need a perfect-information game: tic_tac_toe, nim, connect_four "
+             f"(got {game!r})")
+    console = Console()
+    try:
+        opponent = make_bot(game, bot)
+        if not hasattr(opponent, "action_probs"):
+            fail(f"bot {bot!r} has no fixed action probabilities")
+        with console.status(f"Reading {target}'s policy at every position it can reach "
+                            f"against {bot}..."):
+            agent = ParticipantLoader(game).load(target)
+            read = (bot_probs(agent.policy.bot) if agent.role == "bot" else agent_probs(agent))
+            report = outcome_report(read, game, opponent.action_probs)
+    except (ModelError, FileNotFoundError, ValueError, TypeError, KeyError) as exc:
+        fail(str(exc))
+    table = Table(title=f"{target} against {bot} on {game} (exact)")
+    for col in ("seat", "positions read", "win", "draw", "loss", "win+draw"):
+        table.add_column(col, justify="left" if col == "seat" else "right")
+    for seat, p in report.seats.items():
+        table.add_row(seat, str(report.positions[seat]), f"{p['win']:.4f}", f"{p['draw']:.4f}",
+                      f"{p['loss']:.4f}", f"{p['win'] + p['draw']:.4f}")
+    console.print(table)
+    both = sum(p["win"] + p["draw"] for p in report.seats.values()) / len(report.seats)
+    console.print(f"win+draw over the seats: {both:.4f}")
+    if out:
+        with writing(out, partial=Path(out)):
+            Path(out).write_text(json.dumps({"game": game, "target": target, "bot": bot,
+                                             "seats": report.seats,
+                                             "positions": report.positions,
+                                             "win_draw": both}, indent=1))
 
 
 @eval_app.command("population")

@@ -99,3 +99,60 @@ class _Search:
         child = env.clone()
         child.step(action)
         return child.rewards.get(self.agent, 0.0) + self.value(child)
+
+
+def decision_positions(game: GameSpec, seat: str | int, opponent: Policy
+                       ) -> list[tuple[TextGame, str]]:
+    """Every position where ``seat`` is to move that play can reach when ``seat`` may make
+    any legal move and everyone else plays ``opponent``'s support, one env per position: what
+    a model must be shown to read off its policy for :func:`outcome_probabilities`."""
+    env, agent = _start(game, seat)
+    seen: set[Hashable] = set()
+    out, stack = [], [env]
+    while stack:
+        node = stack.pop()
+        key = node.state_key()
+        if key in seen or all(node.terminations[a] or node.truncations[a] for a in node.agents):
+            continue
+        seen.add(key)
+        mover = node.agent_selection
+        if mover == agent:
+            out.append((node, agent))
+            moves = node.legal_actions(mover)
+        else:
+            moves = list(_checked(opponent(node, mover), node, mover))
+        for action in moves:
+            child = node.clone()
+            child.step(action)
+            stack.append(child)
+    return out
+
+
+def outcome_probabilities(game: GameSpec, policy: Policy, seat: str | int,
+                          opponent: Policy) -> dict[str, float]:
+    """Exact probabilities that ``seat`` playing ``policy`` ends with a positive, zero or
+    negative return (``win``, ``draw``, ``loss``) when everyone else plays ``opponent``, a
+    fixed policy such as the random bot's ``action_probs``: the expectation over the whole
+    tree, so a policy's rate against a bot carries no sampling noise."""
+    env, agent = _start(game, seat)
+    memo: dict[tuple, tuple[float, float, float]] = {}
+
+    def dist(node: TextGame, banked: float) -> tuple[float, float, float]:
+        if all(node.terminations[a] or node.truncations[a] for a in node.agents):
+            return (float(banked > 0), float(banked == 0), float(banked < 0))
+        key = (node.state_key(), banked)
+        if key[0] is not None and key in memo:
+            return memo[key]
+        mover = node.agent_selection
+        probs = _checked((policy if mover == agent else opponent)(node, mover), node, mover)
+        total = [0.0, 0.0, 0.0]
+        for action, p in probs.items():
+            child = node.clone()
+            child.step(action)
+            for i, q in enumerate(dist(child, banked + child.rewards.get(agent, 0.0))):
+                total[i] += p * q
+        memo[key] = (total[0], total[1], total[2])
+        return memo[key]
+
+    win, draw, loss = dist(env, 0.0)
+    return {"win": win, "draw": draw, "loss": loss}

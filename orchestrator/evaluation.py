@@ -1,4 +1,5 @@
-"""Exact evaluation of an agent or bot: its table policy and exploitability.
+"""Exact evaluation of an agent or bot: its table policy and exploitability, or its outcome
+probabilities against a fixed bot.
 
 For games with an exact tree (Kuhn, Leduc) the player is shown every information state once
 and its action distribution there is read off: a model in one batched scoring pass (the
@@ -11,6 +12,11 @@ distribution at a state is the mean over reasonings of the choice distribution a
 :func:`agent_report` samples K reasonings per state, evaluates the table of their means, and
 gives a percentile bootstrap interval (the K samples of every state resampled with
 replacement, independently per state).
+
+In perfect-information games (tic-tac-toe, Nim, small Connect Four) :func:`outcome_report`
+reads the player's distribution at every position it can reach against a bot with fixed
+action probabilities, and gives the exact probabilities of winning, drawing and losing from
+each seat: what a run's games estimate with sampling noise.
 """
 
 from __future__ import annotations
@@ -21,8 +27,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from agents import Agent
-from games import TextGame
+from games import TextGame, make
 from games.analysis import exploitability, info_state_envs
+from games.perfect_info import GameSpec, decision_positions, outcome_probabilities
 
 Positions = list[tuple[TextGame, str]]
 Table = dict[str, dict[int, float]]
@@ -114,3 +121,27 @@ def agent_report(agent: Agent, game: str, samples: int = 1, batch: int = 32
     if getattr(agent.policy, "sampled_table", False):
         return sampled_report(read, game, samples)
     return exploitability_report(read, game)
+
+
+@dataclass
+class OutcomeReport:
+    """Per seat: ``{"win", "draw", "loss"}`` probabilities and how many positions were read."""
+
+    seats: dict[str, dict[str, float]]
+    positions: dict[str, int]
+
+
+def outcome_report(read: Callable[[Positions], list[dict]], game: GameSpec,
+                   opponent: Callable[[TextGame, str], dict[int, float]]) -> OutcomeReport:
+    """Exact outcome probabilities of the player ``read`` reads, from every seat of ``game``
+    (a name, or a factory of configured envs) against ``opponent`` (a bot's
+    ``action_probs``)."""
+    seats, counts = {}, {}
+    for seat in (make(game) if isinstance(game, str) else game()).possible_agents:
+        positions = decision_positions(game, seat, opponent)
+        table = {env.state_key(): d for (env, _), d in zip(positions, read(positions),
+                                                           strict=True)}
+        seats[seat] = outcome_probabilities(game, lambda env, _who, t=table: t[env.state_key()],
+                                            seat, opponent)
+        counts[seat] = len(positions)
+    return OutcomeReport(seats, counts)

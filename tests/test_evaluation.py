@@ -97,3 +97,45 @@ def test_a_sampled_table_averages_each_states_own_draws() -> None:
     report = sampled_report(read, "kuhn_poker", samples=4, resamples=5)
     assert set(seen.values()) == {4}
     assert {k: min(row.items())[1] for k, row in report.table.items()} == pytest.approx(value)
+
+
+def test_outcomes_against_a_bot_read_a_model_at_every_reachable_position(tmp_path: Path
+                                                                         ) -> None:
+    """The tiny model on small Nim against random: the batched table gives what the model's
+    own distribution, asked position by position inside the search, gives."""
+    from games.bots import make_bot
+    from games.nim import Nim
+    from games.perfect_info import outcome_probabilities
+    from orchestrator.evaluation import outcome_report
+
+    def small() -> Nim:
+        return Nim(piles=(2, 3))
+
+    agent = build_roster(load_config(TINY)).agents[0]
+    rand = make_bot("nim", "random").action_probs
+    report = outcome_report(agent_probs(agent, batch=7), small, rand)
+
+    def asked(env, who) -> dict[int, float]:
+        request = agent.request(env, who)
+        return dict(zip(request.legal, agent.policy.probabilities([request])[0], strict=True))
+
+    for seat in ("player_0", "player_1"):
+        direct = outcome_probabilities(small, asked, seat, rand)
+        assert report.seats[seat] == pytest.approx(direct, abs=1e-6)
+        assert sum(report.seats[seat].values()) == pytest.approx(1.0)
+        assert 0 < report.seats[seat]["win"] < 1
+    assert report.positions["player_0"] > 1
+
+
+def test_eval_against_from_the_cli(tmp_path: Path) -> None:
+    code, out = run("eval", "against", "heuristic", "--out", str(tmp_path / "h.json"))
+    assert code == 0, out
+    report = json.loads((tmp_path / "h.json").read_text())
+    assert report["seats"]["player_0"]["loss"] == 0.0
+    assert report["positions"] == {"player_0": 2423, "player_1": 2097}
+    both = sum(s["win"] + s["draw"] for s in report["seats"].values()) / 2
+    assert report["win_draw"] == pytest.approx(both) and 0.95 < both < 1
+    code, out = run("eval", "against", "random", "--game", "kuhn_poker")
+    assert code == 2 and "perfect-information" in out
+    code, out = run("eval", "against", "random", "--bot", "nosuch")
+    assert code == 2 and "no bot 'nosuch'" in out

@@ -277,3 +277,47 @@ def test_connect_four_optimal_plays_legal_moves_on_the_default_board():
     totals = play(env, bots, seed=0)
     assert sorted(totals.values()) in ([-1.0, 1.0], [0.0, 0.0])
     assert not any(env.infos[a]["illegal_moves"] for a in env.agents)
+
+
+def test_outcomes_against_random_are_the_known_fractions() -> None:
+    """Random against random tic-tac-toe: X wins 737/1260, draws 160/1260, loses 363/1260
+    (the classic enumeration); a player who wins, blocks, then takes the centre and corners
+    never loses as X; every decision position of X is reachable exactly once."""
+    from games.perfect_info import decision_positions, outcome_probabilities
+
+    rand = make_bot("tic_tac_toe", "random").action_probs
+    x = outcome_probabilities("tic_tac_toe", rand, "player_0", rand)
+    o = outcome_probabilities("tic_tac_toe", rand, "player_1", rand)
+    assert x == pytest.approx({"win": 737 / 1260, "draw": 160 / 1260, "loss": 363 / 1260})
+    assert o == pytest.approx({"win": x["loss"], "draw": x["draw"], "loss": x["win"]})
+    heur = make_bot("tic_tac_toe", "heuristic").action_probs
+    assert outcome_probabilities("tic_tac_toe", heur, 0, rand)["loss"] == 0.0
+    assert outcome_probabilities("tic_tac_toe", heur, 1, rand)["loss"] > 0  # forks beat it
+    positions = decision_positions("tic_tac_toe", "player_0", rand)
+    keys = [env.state_key() for env, _ in positions]
+    assert len(keys) == len(set(keys)) and all(k[1] == "player_0" for k in keys)
+    assert keys.count(((0,) * 9, "player_0", False)) == 1
+
+
+def test_outcomes_follow_the_opponents_policy_worked_by_hand() -> None:
+    """Nim (1, 2), player_0 moving at random: to (0, 2) it wins if the reply takes one (half
+    the random replies, none of the optimal bot's), to (1, 1) it always wins, to (1, 0) it
+    never does: 1/2 against random, 1/3 against optimal; playing optimally, always."""
+    from games.perfect_info import decision_positions, outcome_probabilities
+
+    def small() -> Nim:
+        return Nim(piles=(1, 2))
+
+    opt = make_bot("nim", "optimal").action_probs
+    rand = make_bot("nim", "random").action_probs
+    assert outcome_probabilities(small, rand, 0, rand) == pytest.approx(
+        {"win": 1 / 2, "draw": 0.0, "loss": 1 / 2})
+    assert outcome_probabilities(small, rand, 0, opt) == pytest.approx(
+        {"win": 1 / 3, "draw": 0.0, "loss": 2 / 3})
+    assert outcome_probabilities(small, opt, 0, opt)["win"] == 1.0
+    assert outcome_probabilities(small, rand, "player_1", rand)["win"] == pytest.approx(1 / 2)
+    assert outcome_probabilities(small, opt, "player_1", opt)["win"] == 0.0  # a lost seat
+    # player_0 moves at the start, then at (0, 1) and (1, 0) after random replies to (1, 1)
+    # and to (0, 2); the optimal bot answers (1, 1) only with (0, 1) (Bouton's rule)
+    assert len(decision_positions(small, 0, rand)) == 3
+    assert len(decision_positions(small, 0, opt)) == 2
