@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Hashable, Mapping
 
+import numpy as np
+
 from games.base import TextGame
 from games.registry import make
 
@@ -73,7 +75,7 @@ class _Search:
 
     def value(self, env: TextGame) -> float:
         """Return still to come for ``agent`` from ``env``'s position."""
-        live = [a for a in env.agents if not (env.terminations[a] or env.truncations[a])]
+        live = _live(env)
         if not live:
             return 0.0
         key = env.state_key()
@@ -101,6 +103,32 @@ class _Search:
         return child.rewards.get(self.agent, 0.0) + self.value(child)
 
 
+
+def _live(env: TextGame) -> list[str]:
+    return [a for a in env.agents if not (env.terminations[a] or env.truncations[a])]
+
+
+def _key(env: TextGame) -> Hashable:
+    key = env.state_key()
+    if key is None:
+        raise ValueError(f"{type(env).__name__} has no state_key(): positions cannot be told "
+                         f"apart for an exact evaluation")
+    return key
+
+
+def _moves(env: TextGame, agent: str, policy: Policy | None, opponent: Policy
+           ) -> dict[int | None, float]:
+    """The moves from ``env`` with their probabilities: ``agent``'s from ``policy`` (every
+    legal move, weight 0, when it is None), everyone else's from ``opponent``, and a finished
+    player's dead step (None)."""
+    mover = env.agent_selection
+    if mover not in _live(env):
+        return {None: 1.0}
+    if mover == agent and policy is None:
+        return dict.fromkeys(env.legal_actions(mover), 0.0)
+    return _checked((policy if mover == agent else opponent)(env, mover), env, mover)
+
+
 def decision_positions(game: GameSpec, seat: str | int, opponent: Policy
                        ) -> list[tuple[TextGame, str]]:
     """Every position where ``seat`` is to move that play can reach when ``seat`` may make
@@ -111,17 +139,13 @@ def decision_positions(game: GameSpec, seat: str | int, opponent: Policy
     out, stack = [], [env]
     while stack:
         node = stack.pop()
-        key = node.state_key()
-        if key in seen or all(node.terminations[a] or node.truncations[a] for a in node.agents):
+        key = _key(node)
+        if key in seen or not _live(node):
             continue
         seen.add(key)
-        mover = node.agent_selection
-        if mover == agent:
+        if node.agent_selection == agent and agent in _live(node):
             out.append((node, agent))
-            moves = node.legal_actions(mover)
-        else:
-            moves = list(_checked(opponent(node, mover), node, mover))
-        for action in moves:
+        for action in _moves(node, agent, None, opponent):
             child = node.clone()
             child.step(action)
             stack.append(child)
@@ -135,24 +159,20 @@ def outcome_probabilities(game: GameSpec, policy: Policy, seat: str | int,
     fixed policy such as the random bot's ``action_probs``: the expectation over the whole
     tree, so a policy's rate against a bot carries no sampling noise."""
     env, agent = _start(game, seat)
-    memo: dict[tuple, tuple[float, float, float]] = {}
+    memo: dict[tuple, tuple[float, ...]] = {}
 
-    def dist(node: TextGame, banked: float) -> tuple[float, float, float]:
-        if all(node.terminations[a] or node.truncations[a] for a in node.agents):
+    def dist(node: TextGame, banked: float) -> tuple[float, ...]:
+        if not _live(node):
             return (float(banked > 0), float(banked == 0), float(banked < 0))
-        key = (node.state_key(), banked)
-        if key[0] is not None and key in memo:
-            return memo[key]
-        mover = node.agent_selection
-        probs = _checked((policy if mover == agent else opponent)(node, mover), node, mover)
-        total = [0.0, 0.0, 0.0]
-        for action, p in probs.items():
-            child = node.clone()
-            child.step(action)
-            for i, q in enumerate(dist(child, banked + child.rewards.get(agent, 0.0))):
-                total[i] += p * q
-        memo[key] = (total[0], total[1], total[2])
+        key = (_key(node), banked)
+        if key not in memo:
+            total = np.zeros(3)
+            for action, p in _moves(node, agent, policy, opponent).items():
+                child = node.clone()
+                child.step(action)
+                total += p * np.array(dist(child, banked + child.rewards.get(agent, 0.0)))
+            memo[key] = tuple(total)
         return memo[key]
 
     win, draw, loss = dist(env, 0.0)
-    return {"win": win, "draw": draw, "loss": loss}
+    return {"win": float(win), "draw": float(draw), "loss": float(loss)}
