@@ -3,8 +3,8 @@
 transformers' ``sdpa`` attention lets PyTorch's SDPA read grouped KV heads directly
 (``enable_gqa``) only when no attention mask is passed; with one, it first copies every KV head
 ``num_heads / num_kv_heads`` times.  The host's batches always carry a mask (right padding, a
-shared KV cache), and on CPU that copy and its backward were about a third of a learner pass
-over a KV cache that every candidate reads (SmolLM2: 9 query heads on 3 KV heads).  PyTorch's
+shared KV cache), and on CPU that copy and its backward made a learner pass over a KV cache
+that every candidate reads 1.84x slower (SmolLM2: 9 query heads on 3 KV heads).  PyTorch's
 CPU SDPA accepts a mask together with ``enable_gqa``, so ``sdpa_gqa`` passes it through; any
 other case (no mask, other devices, a position bias) is transformers' own ``sdpa``.
 """
