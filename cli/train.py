@@ -100,7 +100,7 @@ def eval_exploitability_cmd(
 
     import games
     from agents.models import ModelError
-    from orchestrator.evaluation import agent_report, bot_probs, exploitability_report
+    from orchestrator.evaluation import agent_report
     from orchestrator.participants import ParticipantLoader
 
     env = games.make(game) if game in games.names() else None
@@ -111,8 +111,7 @@ def eval_exploitability_cmd(
     try:
         with console.status(f"Reading {target}'s policy at every information state..."):
             agent = ParticipantLoader(game).load(target)
-            report = (exploitability_report(bot_probs(agent.policy.bot), game)
-                      if agent.role == "bot" else agent_report(agent, game, samples))
+            report = agent_report(agent, game, samples)
     except (ModelError, FileNotFoundError, ValueError, TypeError) as exc:
         fail(str(exc))
     names = env.action_names
@@ -162,7 +161,7 @@ def eval_against_cmd(
     import games
     from agents.models import ModelError
     from games.bots import make_bot
-    from orchestrator.evaluation import agent_probs, bot_probs, outcome_report
+    from orchestrator.evaluation import agent_probs, outcome_report
     from orchestrator.participants import ParticipantLoader
 
     env = games.make(game) if game in games.names() else None
@@ -177,8 +176,7 @@ def eval_against_cmd(
         with console.status(f"Reading {target}'s policy at every position it can reach "
                             f"against {bot}..."):
             agent = ParticipantLoader(game).load(target)
-            read = (bot_probs(agent.policy.bot) if agent.role == "bot" else agent_probs(agent))
-            report = outcome_report(read, game, opponent.action_probs)
+            report = outcome_report(agent_probs(agent), game, opponent.action_probs)
     except (ModelError, FileNotFoundError, ValueError, TypeError, KeyError) as exc:
         fail(str(exc))
     table = Table(title=f"{target} against {bot} on {game} (exact)")

@@ -103,7 +103,6 @@ class _Search:
         return child.rewards.get(self.agent, 0.0) + self.value(child)
 
 
-
 def _live(env: TextGame) -> list[str]:
     return [a for a in env.agents if not (env.terminations[a] or env.truncations[a])]
 

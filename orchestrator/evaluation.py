@@ -49,7 +49,10 @@ class ExploitabilityReport:
 
 
 def agent_probs(agent: Agent, batch: int = 32) -> Callable[[Positions], list[dict]]:
-    """Read a model agent's choice distribution, ``batch`` states per forward pass."""
+    """Read a model agent's choice distribution, ``batch`` states per forward pass; a bot
+    participant's through its ``action_probs``."""
+    if agent.role == "bot":
+        return bot_probs(agent.policy.bot)
     probabilities = getattr(agent.policy, "probabilities", None)
     if probabilities is None:
         raise TypeError(f"agent {agent.name!r} cannot report action probabilities "
