@@ -14,15 +14,26 @@ An answer that names no legal move is handled as ``invalid`` says (``train.inval
 played, so the game forfeits the agent (its own rules); asked again with the answer and the
 error in the chat; or replaced by a random legal move.  The last two stamp the turn with a
 format reward, ``-penalty``, kept apart from the game's rewards.
+
+With ``branch = K > 0`` every choice decision of a role in ``branch_roles`` is also *branched*
+(VinePPO's Monte Carlo values, for every action rather than one): the game is copied once per
+legal action and K times over, each copy plays that action and is played out by the same
+seats, batched with the main games.  The turn's ``action_values[j]`` is the mean return the
+deciding agent earned from the decision on after playing action j: an estimate of
+``Q(s, a_j)`` under the policies as they are, for the actions it did not sample too.
+Branches are not episodes; they do not branch again.
 """
 
 from __future__ import annotations
 
+import copy
 import random
 import statistics
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Collection, Hashable, Sequence
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from agents.agent import Agent
 from agents.policy import Request, Response
@@ -57,6 +68,7 @@ class Turn:
     action_probs: list[float] | None = None  # the distribution ``choice`` was drawn from
     choice_prompt_ids: list[int] | None = None  # think decoding: what the choice followed
     public: Hashable | None = None  # the game's public_state at the decision, if it has one
+    action_values: list[float] | None = None  # branched: mean return after each legal action
     temperature: float = 1.0  # the response's sampling temperature (0: greedy)
     reward: float = 0.0
     format_reward: float = 0.0  # -penalty for an unplayable answer (retry, penalty handling)
@@ -90,6 +102,7 @@ class _Running:
     last_turn: dict[str, Turn] = field(default_factory=dict)
     errors: dict[str, tuple[str, str, int]] = field(default_factory=dict)  # retry: text,
     # error and tries so far of the agent's pending decision
+    parent: tuple[Turn, int] | None = None  # a branch: the decision and the action it values
 
 
 def retry_request(request: Request, answer: str, error: str) -> Request:
@@ -107,16 +120,22 @@ class RolloutEngine:
 
     ``seating(i)`` returns ``{agent_id: Agent}`` for episode ``i`` (so callers rotate seats,
     sample league opponents, etc.).  ``invalid`` says what an unplayable answer does (default:
-    the game's forfeit).
+    the game's forfeit); ``branch`` and ``branch_roles`` whose decisions are valued by
+    branching (module docstring).
     """
 
     def __init__(self, make_env: Callable[[], TextGame],
                  seating: Callable[[int], dict[str, Agent]], concurrency: int = 32,
-                 invalid: InvalidMovesConfig | None = None) -> None:
+                 invalid: InvalidMovesConfig | None = None, branch: int = 0,
+                 branch_roles: Collection[str] = ()) -> None:
         self.make_env = make_env
         self.seating = seating
         self.concurrency = max(1, concurrency)
         self.invalid = invalid or InvalidMovesConfig()
+        self.branch = branch
+        self.branch_roles = frozenset(branch_roles)
+        self.branches_played = 0
+        self._forks: list[_Running] = []
 
     def play(self, n: int, seed: int = 0, seeds: Sequence[int] | None = None,
              on_episode: Callable[[Episode], None] | None = None) -> list[Episode]:
@@ -126,18 +145,44 @@ class RolloutEngine:
         done: list[Episode] = []
         running: list[_Running] = []
         started = 0
-        while len(done) < n:
-            while started < n and len(running) < self.concurrency:
+        while len(done) < n or running:  # branches may outlive their game
+            while started < n and sum(r.parent is None for r in running) < self.concurrency:
                 running.append(self._start(started, seeds[started] if seeds is not None
                                            else seed + started))
                 started += 1
             self._step(running)
+            running.extend(self._forks)
+            self._forks.clear()
             for r in [r for r in running if not r.env.agents]:
                 running.remove(r)
+                if r.parent is not None:
+                    turn, j = r.parent
+                    assert turn.action_values is not None
+                    turn.action_values[j] += r.episode.returns[turn.agent] / self.branch
+                    self.branches_played += 1
+                    continue
                 done.append(r.episode)
                 if on_episode:
                     on_episode(r.episode)
         return sorted(done, key=lambda e: e.index)
+
+    def _fork(self, r: _Running, turn: Turn, legal: list[int]) -> None:
+        """Queue ``branch`` copies of the game for each legal action, before ``turn``'s own
+        is played; each copy draws its chance events afresh."""
+        turn.action_values = [0.0] * len(legal)
+        for j, action in enumerate(legal):
+            for _ in range(self.branch):
+                env = copy.deepcopy(r.env)
+                if hasattr(env, "np_random"):
+                    env.np_random = np.random.default_rng(r.rng.randrange(2**63))
+                ep = Episode(index=r.episode.index, game=r.episode.game, seed=r.episode.seed,
+                             seats=r.episode.seats)
+                b = _Running(ep, env, r.seats, random.Random(r.rng.random()), parent=(turn, j))
+                env.step(action)
+                self._credit(b)
+                if all(env.terminations[a] or env.truncations[a] for a in env.agents):
+                    self._finish(b)
+                self._forks.append(b)
 
     def _start(self, i: int, seed: int) -> _Running:
         env = self.make_env()
@@ -196,6 +241,9 @@ class RolloutEngine:
                     public=public, temperature=resp.temperature, seconds=seconds)
         r.episode.turns.append(turn)
         r.last_turn[agent_id] = turn
+        if (self.branch and r.parent is None and resp.choice is not None
+                and agent.role in self.branch_roles):
+            self._fork(r, turn, legal)
         handling = self.invalid.handling
         if error is None or handling == "forfeit":
             r.errors.pop(agent_id, None)

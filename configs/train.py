@@ -162,6 +162,12 @@ class TrainConfig(StrictModel):
         default_factory=dict, description="Per-seat reward multipliers (e.g. {agent_1: 10}): "
                                           "agents with different reward scales, as in Dr. MAS.")
     gamma: Float = Field(1.0, ge=0.0, le=1.0, description="Discount for turn_level credit.")
+    branch: Int = Field(
+        0, ge=0, le=64,
+        description="K > 0: every trained choice decision is also branched, K copies of the "
+                    "game per legal action played out by the same seats, and policy_target "
+                    "steps on those action values (every action valued, also the ones not "
+                    "played); 0: action values from the batch's own games.")
     rae_decay: Float = Field(0.95, gt=0.0, lt=1.0)
     group_size: Int = Field(8, ge=2, le=MAX_BATCH, description="G: games per group.")
     groups_per_step: Int = Field(8, ge=1, le=MAX_BATCH, description="Groups per training step.")
@@ -216,7 +222,10 @@ class TrainConfig(StrictModel):
         want = {"advantage": ("agent_wise", "global"), "group_by": ("state",),
                 "advantage_scale": ("none",), "common_mode": (0.0,)}
         bad = [k for k, ok in want.items() if getattr(self, k) not in ok]
-        if self.policy_target.eta > 0 and bad:
+        if self.branch and not self.policy_target.eta > 0:
+            raise ValueError("branch values the actions for policy_target's step: set "
+                             "policy_target.eta > 0 (or branch: 0)")
+        if self.policy_target.eta > 0 and bad and not self.branch:
             raise ValueError("policy_target reads each state's action values off the "
                              "advantages (a return minus its state's mean, in reward units): "
                              "it needs advantage agent_wise or global, group_by: state, "

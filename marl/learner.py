@@ -68,6 +68,7 @@ class TrainItem:
     choice_prompt_ids: list[int] | None = None
     temperature: float = 1.0  # the decision's sampling temperature (0: greedy)
     weights: list[float] | None = None  # truncated importance weights (mismatch tis)
+    action_values: list[float] | None = None  # Q(s, a) per legal action, from branching
 
     @property
     def kind(self) -> str:
@@ -440,7 +441,8 @@ class Learner:
         for key, it in zip(keys, items, strict=True):
             states.setdefault(key, it)
         q = action_values(keys, [it.choice for it in items], [it.advantage for it in items],
-                          [len(it.candidate_ids) for it in items])
+                          [len(it.candidate_ids) for it in items],
+                          [it.action_values for it in items])
         by_adapter: dict[str, list[tuple]] = defaultdict(list)
         for key in states:
             by_adapter[key[0]].append(key)

@@ -31,21 +31,30 @@ import torch
 
 
 def action_values(keys: Sequence[Hashable], choices: Sequence[int], rewards: Sequence[float],
-                  n_actions: Sequence[int]) -> dict[Hashable, list[float]]:
+                  n_actions: Sequence[int],
+                  branched: Sequence[Sequence[float] | None] = ()) -> dict[Hashable, list[float]]:
     """Q(s, a) per information state: the mean return of the decisions that played a at s;
-    an action not played there gets the state's mean return."""
+    an action not played there gets the state's mean return.  A state with ``branched``
+    values (every action's mean return from copies of the game, ``train.branch``) takes
+    their mean over its decisions instead."""
     sums: dict[Hashable, list[float]] = {}
     counts: dict[Hashable, list[int]] = {}
     total: dict[Hashable, list[float]] = defaultdict(lambda: [0.0, 0])
-    for key, a, r, n in zip(keys, choices, rewards, n_actions, strict=True):
+    vines: dict[Hashable, list[Sequence[float]]] = defaultdict(list)
+    for key, a, r, n, v in zip(keys, choices, rewards, n_actions,
+                               branched or [None] * len(keys), strict=True):
         sums.setdefault(key, [0.0] * n)[a] += r
         counts.setdefault(key, [0] * n)[a] += 1
         total[key][0] += r
         total[key][1] += 1
+        if v is not None:
+            vines[key].append(v)
     values = {}
     for key, s in sums.items():
         mean = total[key][0] / total[key][1]
-        values[key] = [s[a] / c if c else mean for a, c in enumerate(counts[key])]
+        values[key] = ([sum(col) / len(vines[key]) for col in zip(*vines[key], strict=True)]
+                       if key in vines else
+                       [s[a] / c if c else mean for a, c in enumerate(counts[key])])
     return values
 
 

@@ -141,6 +141,9 @@ def check_compatible(cfg: TeamConfig) -> None:
     if tc.magnet.alpha > 0 and tc.learner.backend == "deepspeed" and tc.learner.zero_stage == 3:
         raise TrainingError("train.magnet needs the magnet's adapter whole on the learner: use "
                             "ZeRO stage 1 or 2, or the torch backend")
+    if tc.branch and cfg.rollout_kind() == "team":
+        raise TrainingError("train.branch copies a game mid-play: it needs a game rollout, not "
+                            "a team task")
     if tc.policy_target.eta > 0:
         trained = {r for roles in trainable_hosts(cfg).values() for r in roles}
         free = [r.name for r in cfg.roles if r.name in trained and r.decoding.mode != "choice"]
@@ -237,13 +240,14 @@ class Trainer:
         host_of = {role: k for k, roles in trainable_hosts(self.cfg).items() for role in roles}
         out: dict[str, list[TrainItem]] = defaultdict(list)
         for (_, t), a in zip(rows, adv.values, strict=True):
-            if a == 0:
+            if a == 0 and t.action_values is None:
                 continue  # no signal: skip the compute
             out[host_of[t.role]].append(TrainItem(
                 adapter=t.role, agent=f"{t.role}/{t.agent}", prompt_ids=t.prompt_ids,
                 completion_ids=t.completion_ids, old_logprobs=t.logprobs, advantage=float(a),
                 candidate_ids=t.candidate_ids, choice=t.choice or 0,
-                choice_prompt_ids=t.choice_prompt_ids, temperature=t.temperature))
+                choice_prompt_ids=t.choice_prompt_ids, temperature=t.temperature,
+                action_values=t.action_values))
         return dict(out)
 
     # ----- one step
@@ -337,6 +341,8 @@ class Trainer:
         m["format_penalties"] = sum(t.format_reward != 0 for t in turns)
         m["tokens_per_s"] = gen_tokens / max(seconds["rollout"], 1e-9)
         m["decisions"] = len(turns)
+        if self.tc.branch:
+            m["branches"] = self.tc.branch * sum(len(t.action_values or ()) for t in turns)
         if self.defers:
             m["deferral_rate"] = deferral_rate(episodes)
         m["learner"] = {k: {"loss": s.loss, "grad_norm": s.grad_norm, "kl": s.kl,

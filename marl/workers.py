@@ -170,11 +170,13 @@ class RolloutWorker:
 
     def _play_games(self, specs: list[EpisodeSpec]) -> list[Episode]:
         seatings = [{s: self._participant(p) for s, p in spec.seating} for spec in specs]
-        game = self.cfg.game
+        game, tc = self.cfg.game, self.cfg.train
         engine = RolloutEngine(lambda: games.make_from_config(game),
                                lambda i: seatings[i],
-                               concurrency=self.cfg.train.concurrency if self.cfg.train else 64,
-                               invalid=self.cfg.train.invalid_moves if self.cfg.train else None)
+                               concurrency=tc.concurrency if tc else 64,
+                               invalid=tc.invalid_moves if tc else None,
+                               branch=tc.branch if tc and tc.policies == "train" else 0,
+                               branch_roles=[r.name for r in self.cfg.roles if r.adapter])
         return engine.play(len(specs), seeds=[s.seed for s in specs])
 
     def exploitability(self) -> float:
