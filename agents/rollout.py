@@ -134,7 +134,6 @@ class RolloutEngine:
         self.invalid = invalid or InvalidMovesConfig()
         self.branch = branch
         self.branch_roles = frozenset(branch_roles)
-        self.branches_played = 0
         self._forks: list[_Running] = []
 
     def play(self, n: int, seed: int = 0, seeds: Sequence[int] | None = None,
@@ -159,7 +158,6 @@ class RolloutEngine:
                     turn, j = r.parent
                     assert turn.action_values is not None
                     turn.action_values[j] += r.episode.returns[turn.agent] / self.branch
-                    self.branches_played += 1
                     continue
                 done.append(r.episode)
                 if on_episode:

