@@ -176,10 +176,7 @@ class RolloutEngine:
                 ep = Episode(index=r.episode.index, game=r.episode.game, seed=r.episode.seed,
                              seats=r.episode.seats)
                 b = _Running(ep, env, r.seats, random.Random(r.rng.random()), parent=(turn, j))
-                env.step(action)
-                self._credit(b)
-                if all(env.terminations[a] or env.truncations[a] for a in env.agents):
-                    self._finish(b)
+                self._advance(b, action)
                 self._forks.append(b)
 
     def _start(self, i: int, seed: int) -> _Running:
@@ -254,9 +251,13 @@ class RolloutEngine:
             if handling == "penalty":
                 action = r.rng.choice(legal)
                 turn.action = action
-        env.step(ILLEGAL if action is None else action)
+        self._advance(r, ILLEGAL if action is None else action)
+
+    def _advance(self, r: _Running, action: int) -> None:
+        """Play ``action`` in ``r``'s game, credit its rewards, and close the game if it ended."""
+        r.env.step(action)
         self._credit(r)
-        if all(env.terminations[a] or env.truncations[a] for a in env.agents):
+        if all(r.env.terminations[a] or r.env.truncations[a] for a in r.env.agents):
             self._finish(r)
 
     @staticmethod
