@@ -13,6 +13,7 @@ on which worker played what or on a resume in between.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -117,6 +118,9 @@ class RolloutWorker:
         self.trainee = next((r for r in self.cfg.roles if r.adapter is not None), None)
         self.host = (self.roster.hosts[host_key(self.cfg, self.trainee)]
                      if self.trainee is not None else None)
+        # league opponents (snapshots, checkpoints, bots) by id; a model opponent plays under
+        # the role label "<id>@<role>", never a role's name, so the trainer neither trains on
+        # nor branches its turns: they are another policy's moves
         self.extra: dict[ParticipantId, Agent] = {}
         self._play: Callable[[list[EpisodeSpec]], list[Episode]] = (
             TeamPlayer(self.cfg, self.roster).play if self.cfg.rollout_kind() == "team"
@@ -140,7 +144,7 @@ class RolloutWorker:
             self.host.add_adapter(adapter, r=a.r, alpha=a.alpha, dropout=a.dropout,
                                   targets=a.targets)
             self.host.set_adapter_weights(adapter, weights[self.trainee.name])
-            self.extra[sid] = Agent(str(sid), self.trainee.name,
+            self.extra[sid] = Agent(str(sid), adapter,
                                     hf_role_policy(self.host, adapter, self.trainee, 0),
                                     self.roster.agents[0].system_prompt,
                                     self.trainee.decoding.mode)
@@ -154,7 +158,9 @@ class RolloutWorker:
                 raise KeyError(f"unknown participant {str(pid)!r} (snapshots must be synced "
                                "first)")
             loader = ParticipantLoader(self.cfg.game.name, hosts=self.roster.hosts)
-            self.extra[pid] = loader.load(pid.arg, name=str(pid))
+            agent = loader.load(pid.arg, name=str(pid))
+            self.extra[pid] = (agent if agent.role == "bot"
+                               else dataclasses.replace(agent, role=f"{pid}@{agent.role}"))
         return self.extra[pid]
 
     def play(self, specs: list[EpisodeSpec], step: int, run_seed: int) -> list[Episode]:

@@ -1,15 +1,19 @@
-"""League sampling: self-play, the latest-policy share, uniform and win-rate weights, and the
-snapshot pool's schedule and eviction."""
+"""League sampling: self-play, the latest-policy share, uniform and win-rate weights, the
+snapshot pool's schedule and eviction, and what the trainer learns from a snapshot's games."""
 
 from __future__ import annotations
 
 import random
 from collections import Counter
+from pathlib import Path
 
 import pytest
+from helpers import tiny_team
 
+from configs import load_config_text
 from configs.train import LeagueConfig
 from marl.league import League
+from marl.trainer import Trainer
 from orchestrator.participants import ParticipantId
 
 RANDOM = ParticipantId("bot", "random")
@@ -70,3 +74,26 @@ def test_snapshots_follow_the_schedule_and_evict_the_oldest() -> None:
 def test_checkpoint_anchors_are_folders() -> None:
     league = League(LeagueConfig(opponents="league", anchors=["random", "runs/old"]), ["random"])
     assert league.pool() == [RANDOM, ParticipantId("ckpt", "runs/old")]
+
+
+LEAGUE_RUN = """\
+  steps: 2
+  group_size: 2
+  groups_per_step: 2
+  lr: 0.005
+  league: {opponents: league, latest_prob: 0.0, snapshot_every: 1}
+  ray: {enabled: false}
+"""
+
+
+def test_a_snapshot_s_turns_are_played_but_never_trained_on(tmp_path: Path) -> None:
+    cfg = load_config_text(tiny_team("kuhn_poker", LEAGUE_RUN))
+    tr = Trainer(cfg, tmp_path / "run")
+    tr.train_step()
+    res = tr.train_step()  # every game of step 2 meets step 1's snapshot
+    turns = [t for ep in res.episodes for t in ep.turns]
+    own = [t for t in turns if t.name in ("player_0", "player_1")]
+    theirs = [t for t in turns if t not in own]
+    assert own and theirs and {t.name for t in theirs} == {"snap:1"}
+    assert not {t.role for t in theirs} & tr.trainable_roles
+    assert res.metrics["decisions"] == len(own)
