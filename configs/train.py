@@ -31,6 +31,10 @@ class LeagueConfig(StrictModel):
                                            "policy itself.")
     sampling: Literal["uniform", "winrate"] = Field(
         "winrate", description="winrate: opponents that still win get picked more often.")
+    learn_from_snapshots: bool = Field(
+        True, description="Also learn from the moves the pool's snapshots make in league games, "
+                          "through the clipped ratio to their own log-probs (off-policy); "
+                          "false: only the latest policy's moves.")
 
 
 class RayConfig(StrictModel):

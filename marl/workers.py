@@ -120,7 +120,7 @@ class RolloutWorker:
                      if self.trainee is not None else None)
         # league opponents (snapshots, checkpoints, bots) by id; a model opponent plays under
         # the role label "<id>@<role>", never a role's name, so the trainer neither trains on
-        # nor branches its turns: they are another policy's moves
+        # nor branches its turns, except a snapshot's with league.learn_from_snapshots
         self.extra: dict[ParticipantId, Agent] = {}
         self._play: Callable[[list[EpisodeSpec]], list[Episode]] = (
             TeamPlayer(self.cfg, self.roster).play if self.cfg.rollout_kind() == "team"
@@ -136,6 +136,8 @@ class RolloutWorker:
         for sid in [s for s in self.extra if s.kind == "snap" and s not in snapshots]:
             self.host.delete_adapter(f"{sid}@{self.trainee.name}")
             del self.extra[sid]
+        tc = self.cfg.train
+        learn = tc is not None and tc.league.learn_from_snapshots
         for sid, weights in snapshots.items():
             if sid in self.extra:
                 continue
@@ -144,7 +146,7 @@ class RolloutWorker:
             self.host.add_adapter(adapter, r=a.r, alpha=a.alpha, dropout=a.dropout,
                                   targets=a.targets)
             self.host.set_adapter_weights(adapter, weights[self.trainee.name])
-            self.extra[sid] = Agent(str(sid), adapter,
+            self.extra[sid] = Agent(str(sid), self.trainee.name if learn else adapter,
                                     hf_role_policy(self.host, adapter, self.trainee, 0),
                                     self.roster.agents[0].system_prompt,
                                     self.trainee.decoding.mode)

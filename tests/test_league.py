@@ -81,13 +81,14 @@ LEAGUE_RUN = """\
   group_size: 2
   groups_per_step: 2
   lr: 0.005
-  league: {opponents: league, latest_prob: 0.0, snapshot_every: 1}
-  ray: {enabled: false}
+  league: {{opponents: league, latest_prob: 0.0, snapshot_every: 1, learn_from_snapshots: {}}}
+  ray: {{enabled: false}}
 """
 
 
-def test_a_snapshot_s_turns_are_played_but_never_trained_on(tmp_path: Path) -> None:
-    cfg = load_config_text(tiny_team("kuhn_poker", LEAGUE_RUN))
+@pytest.mark.parametrize("learn", [True, False])
+def test_a_snapshot_s_turns_are_trained_on_only_when_asked(tmp_path: Path, learn: bool) -> None:
+    cfg = load_config_text(tiny_team("kuhn_poker", LEAGUE_RUN.format(str(learn).lower())))
     tr = Trainer(cfg, tmp_path / "run")
     tr.train_step()
     res = tr.train_step()  # every game of step 2 meets step 1's snapshot
@@ -95,5 +96,5 @@ def test_a_snapshot_s_turns_are_played_but_never_trained_on(tmp_path: Path) -> N
     own = [t for t in turns if t.name in ("player_0", "player_1")]
     theirs = [t for t in turns if t not in own]
     assert own and theirs and {t.name for t in theirs} == {"snap:1"}
-    assert not {t.role for t in theirs} & tr.trainable_roles
-    assert res.metrics["decisions"] == len(own)
+    assert bool({t.role for t in theirs} & tr.trainable_roles) is learn
+    assert res.metrics["decisions"] == len(turns if learn else own)
