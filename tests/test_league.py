@@ -98,3 +98,17 @@ def test_a_snapshot_s_turns_are_trained_on_only_when_asked(tmp_path: Path, learn
     assert own and theirs and {t.name for t in theirs} == {"snap:1"}
     assert bool({t.role for t in theirs} & tr.trainable_roles) is learn
     assert res.metrics["decisions"] == len(turns if learn else own)
+
+
+def test_a_checkpoint_anchor_s_turns_are_never_trained_on(tmp_path: Path) -> None:
+    old = Trainer(load_config_text(tiny_team("kuhn_poker", LEAGUE_RUN.format("true"))),
+                  tmp_path / "old")
+    old.train_step()
+    folder = old.checkpoint()
+    run = LEAGUE_RUN.format("true").replace("snapshot_every: 1", f"anchors: ['{folder}']")
+    tr = Trainer(load_config_text(tiny_team("kuhn_poker", run)), tmp_path / "new")
+    res = tr.train_step()  # every game meets the anchor, which has the trainee's role name
+    theirs = [t for ep in res.episodes for t in ep.turns
+              if t.name not in ("player_0", "player_1")]
+    assert theirs and {t.role for t in theirs} == {f"ckpt:{folder}@player"}
+    assert res.metrics["decisions"] == sum(len(ep.turns) for ep in res.episodes) - len(theirs)
