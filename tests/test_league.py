@@ -13,7 +13,7 @@ from helpers import tiny_team
 from configs import load_config_text
 from configs.train import LeagueConfig
 from marl.league import League
-from marl.trainer import Trainer
+from marl.trainer import Trainer, team_agents
 from orchestrator.participants import ParticipantId
 
 RANDOM = ParticipantId("bot", "random")
@@ -93,7 +93,7 @@ def test_a_snapshot_s_turns_are_trained_on_only_when_asked(tmp_path: Path, learn
     tr.train_step()
     res = tr.train_step()  # every game of step 2 meets step 1's snapshot
     turns = [t for ep in res.episodes for t in ep.turns]
-    own = [t for t in turns if t.name in ("player_0", "player_1")]
+    own = [t for t in turns if t.name in team_agents(cfg)]
     theirs = [t for t in turns if t not in own]
     assert own and theirs and {t.name for t in theirs} == {"snap:1"}
     assert bool({t.role for t in theirs} & tr.trainable_roles) is learn
@@ -106,9 +106,9 @@ def test_a_checkpoint_anchor_s_turns_are_never_trained_on(tmp_path: Path) -> Non
     old.train_step()
     folder = old.checkpoint()
     run = LEAGUE_RUN.format("true").replace("snapshot_every: 1", f"anchors: ['{folder}']")
-    tr = Trainer(load_config_text(tiny_team("kuhn_poker", run)), tmp_path / "new")
+    cfg = load_config_text(tiny_team("kuhn_poker", run))
+    tr = Trainer(cfg, tmp_path / "new")
     res = tr.train_step()  # every game meets the anchor, which has the trainee's role name
-    theirs = [t for ep in res.episodes for t in ep.turns
-              if t.name not in ("player_0", "player_1")]
+    theirs = [t for ep in res.episodes for t in ep.turns if t.name not in team_agents(cfg)]
     assert theirs and {t.role for t in theirs} == {f"ckpt:{folder}@player"}
     assert res.metrics["decisions"] == sum(len(ep.turns) for ep in res.episodes) - len(theirs)
