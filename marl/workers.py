@@ -135,17 +135,20 @@ class RolloutWorker:
         for adapter, sd in weights.items():
             self.host.set_adapter_weights(adapter, sd)
 
+    def _snapshot_adapter(self, sid: ParticipantId) -> str:
+        return f"{sid}@{self.trainee.name}"
+
     def sync_snapshots(self, snapshots: dict[ParticipantId, Weights]) -> None:
         """Load new league snapshots as extra adapters; drop evicted ones."""
         for sid in [s for s in self.extra if s.kind == "snap" and s not in snapshots]:
-            self.host.delete_adapter(f"{sid}@{self.trainee.name}")
+            self.host.delete_adapter(self._snapshot_adapter(sid))
             del self.extra[sid]
         tc = self.cfg.train
         learn = tc is not None and tc.league.learn_from_snapshots
         for sid, weights in snapshots.items():
             if sid in self.extra:
                 continue
-            adapter = f"{sid}@{self.trainee.name}"
+            adapter = self._snapshot_adapter(sid)
             a = self.trainee.adapter
             self.host.add_adapter(adapter, r=a.r, alpha=a.alpha, dropout=a.dropout,
                                   targets=a.targets)

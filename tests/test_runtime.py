@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import ray
+from doubler import Doubler
 from helpers import tiny_team
 
 from configs import load_config_text
@@ -53,24 +54,9 @@ def test_the_trainer_stops_with_a_training_error_when_actors_keep_dying(tmp_path
         trainer.train_step()
 
 
-class Doubler:
-    """Doubles numbers; exits its process on a chunk holding -1 while ``poison`` exists
-    (removing it first when ``once``), as a node loss would end it mid-chunk."""
-
-    def work(self, chunk: list[int], poison: str, once: bool) -> list[int]:
-        if -1 in chunk and os.path.exists(poison):
-            if once:
-                os.remove(poison)
-            os._exit(1)
-        return [2 * x for x in chunk]
-
-    def pid(self) -> int:
-        return os.getpid()
-
-
 @pytest.fixture(scope="module")
 def local_ray():
-    """Ray whose workers can import this module (for :class:`Doubler`)."""
+    """Ray whose workers can import :class:`Doubler` from the tests folder."""
     path = os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": path}})
