@@ -188,6 +188,11 @@ class TrainConfig(StrictModel):
                                "equilibrium; a decaying one lets it settle.")
     clip_low: Float = Field(0.2, ge=0, le=10.0)
     clip_high: Float = Field(0.28, ge=0, le=10.0)
+    dual_clip: Float | None = Field(
+        None, gt=1, le=100.0,
+        description="Dual clip c: a negative advantage's loss is at most -c * A whatever the "
+                    "ratio pi_theta / pi_old (off-policy moves, such as a league snapshot's, "
+                    "can have a large one). Off by default.")
     kl: Float = Field(0.0, ge=0, le=1000.0, description="beta of the k3 KL to the base model.")
     entropy: Float = Field(0.0, ge=0, le=1000.0, description="Entropy bonus coefficient.")
     epochs: Int = Field(1, ge=1, le=1000,

@@ -164,7 +164,7 @@ class Learner:
                  precision: str = "fp32", optimizer: OptimizerFactory = TorchAdamW,
                  correction: str = "none", tis_cap: float = 2.0, magnet: float = 0.0,
                  target_eta: float = 0.0, fit_steps: int = 10, solver: str = "adam",
-                 ridge: float = 1e-6) -> None:
+                 ridge: float = 1e-6, dual_clip: float | None = None) -> None:
         if epochs < 1:
             raise ValueError(f"epochs must be >= 1, got {epochs}")
         autocast(precision, host.device)  # refuses what this device cannot compute in, now
@@ -174,6 +174,7 @@ class Learner:
         self.host, self.adapters, self.epochs = host, list(adapters), epochs
         self.precision = precision
         self.clip_low, self.clip_high, self.kl, self.entropy = clip_low, clip_high, kl, entropy
+        self.dual_clip = dual_clip
         self.max_grad_norm, self.micro_batch = max_grad_norm, micro_batch
         named = [(n, p) for n, p in host.model.named_parameters()
                  if "lora_" in n and any(f".{a}." in n for a in self.adapters)]
@@ -244,7 +245,8 @@ class Learner:
                 mag = (torch.stack([exact_kl(lp, r) for lp, r in zip(dists, rho, strict=True)])
                        [:, None] if choice else k3(logp, rho))
             parts = grpo_loss(logp, old, adv, mask, self.clip_low, self.clip_high, ref,
-                              self.kl, ent, self.entropy, weights, mag, self.magnet)
+                              self.kl, ent, self.entropy, weights, mag, self.magnet,
+                              self.dual_clip)
         share = float(mask.sum()) / n_total
         return parts, share
 

@@ -4,6 +4,7 @@ Per token t of a decision with advantage A (docs/algorithms.md#the-grpo-loss):
 
     rho_t = exp(log pi_theta(t) - log pi_old(t))
     L_clip = -min(rho_t * A, clip(rho_t, 1 - eps_lo, 1 + eps_hi) * A)
+             (A < 0 with a dual clip c > 1: L_clip = min(L_clip, -c * A))
     L_kl   = beta * (exp(q_t) - q_t - 1),   q_t = log pi_ref(t) - log pi_theta(t)   (k3, >= 0)
     L_mag  = alpha * KL_t(pi_theta || magnet)   (exact over the legal actions, or k3 per token)
     L      = sum_t (L_clip + L_kl + L_mag) / n_tokens  -  entropy_coef * mean(H)
@@ -46,16 +47,21 @@ def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor,
               ref_logp: torch.Tensor | None = None, beta: float = 0.0,
               entropy: torch.Tensor | None = None, entropy_coef: float = 0.0,
               weights: torch.Tensor | None = None, magnet_kl: torch.Tensor | None = None,
-              alpha: float = 0.0) -> LossParts:
+              alpha: float = 0.0, dual_clip: float | None = None) -> LossParts:
     """All tensors are [decisions, tokens] except ``adv`` [decisions] and ``entropy``
     [decisions] (mean entropy per decision); ``mask`` is 1 on real tokens; ``weights``
     (truncated importance weights of the sampling engine) scale each token's surrogate;
     ``magnet_kl`` holds each token's KL to the magnet (:func:`exact_kl` or :func:`k3`),
-    weighted by ``alpha``."""
+    weighted by ``alpha``. ``dual_clip`` bounds a negative advantage's loss at ``-c * A``
+    however large the ratio: off-policy moves (a league snapshot's) can have ``pi_theta``
+    far above the ``pi_old`` that sampled them, and PPO's clip holds only ``rho < 1`` there
+    (Ye et al. 2020)."""
     n = mask.sum().clamp(min=1)
     ratio = torch.exp(logp - old_logp)
     a = adv[:, None]
     surr = torch.minimum(ratio * a, ratio.clamp(1 - clip_low, 1 + clip_high) * a)
+    if dual_clip is not None:
+        surr = torch.where(a < 0, torch.maximum(surr, dual_clip * a), surr)
     per_token = -surr if weights is None else -surr * weights
     kl = torch.zeros((), device=logp.device)
     if ref_logp is not None and beta > 0:

@@ -89,7 +89,8 @@ class LearnerProcess:
         roster = roster or build_roster(team)
         roles = trainable_hosts(team)[key]
         self.learner = Learner(roster.hosts[key], roles, lr=tc.lr,
-                               clip_low=tc.clip_low, clip_high=tc.clip_high, kl=tc.kl,
+                               clip_low=tc.clip_low, clip_high=tc.clip_high,
+                               dual_clip=tc.dual_clip, kl=tc.kl,
                                entropy=tc.entropy, max_grad_norm=tc.max_grad_norm,
                                micro_batch=tc.learner.micro_batch, epochs=tc.epochs,
                                precision=tc.precision,

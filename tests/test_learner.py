@@ -116,10 +116,12 @@ def test_a_non_finite_pass_ends_the_update() -> None:
         Learner(host, ["red"], lr=0.05, epochs=0)
 
 
-def test_train_epochs_reaches_the_learner() -> None:
-    cfg = load_config_text(tiny_team("kuhn_poker", "  epochs: 3\n  ray: {enabled: false}\n"))
+def test_train_epochs_and_dual_clip_reach_the_learner() -> None:
+    cfg = load_config_text(tiny_team("kuhn_poker", "  epochs: 3\n  dual_clip: 3.0\n"
+                                                   "  ray: {enabled: false}\n"))
     (key,) = trainable_hosts(cfg)
-    assert LearnerProcess(cfg.model_dump(by_alias=True), key).learner.epochs == 3
+    learner = LearnerProcess(cfg.model_dump(by_alias=True), key).learner
+    assert (learner.epochs, learner.dual_clip) == (3, 3.0)
 
 
 def test_scheduled_learning_rate_reaches_the_optimizer() -> None:

@@ -29,3 +29,18 @@ def test_grpo_loss_kl_is_k3_and_zero_at_the_reference() -> None:
                       beta=0.1)
     q = -0.5
     assert parts.kl == pytest.approx((np.exp(q) - q - 1) / 2)
+
+
+def test_dual_clip_bounds_a_negative_advantage_at_large_ratios_by_hand() -> None:
+    # ratios 5, 2, 5 (old = 0); advantages -1, -1, +1
+    logp = torch.log(torch.tensor([[5.0], [2.0], [5.0]])).requires_grad_(True)
+    old, adv, mask = torch.zeros(3, 1), torch.tensor([-1.0, -1.0, 1.0]), torch.ones(3, 1)
+    plain = grpo_loss(logp, old, adv, mask)
+    # -min(rho A, clip(rho) A), clip 0.2: 5, 2 (unclipped for A < 0, rho > 1), -1.2
+    assert float(plain.loss) == pytest.approx((5 + 2 - 1.2) / 3)
+    dual = grpo_loss(logp, old, adv, mask, dual_clip=3.0)
+    # A < 0: the loss is at most -c A = 3, so 5 -> 3; rho 2 and A > 0 as before
+    assert float(dual.loss) == pytest.approx((3 + 2 - 1.2) / 3)
+    (grad,) = torch.autograd.grad(dual.loss, logp)
+    # the bounded token carries no gradient; rho 2 keeps d(-rho A)/dlogp = rho / 3
+    assert grad[:, 0].tolist() == pytest.approx([0.0, 2 / 3, 0.0])
