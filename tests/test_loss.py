@@ -37,10 +37,10 @@ def test_dual_clip_bounds_a_negative_advantage_at_large_ratios_by_hand() -> None
     old, adv, mask = torch.zeros(3, 1), torch.tensor([-1.0, -1.0, 1.0]), torch.ones(3, 1)
     plain = grpo_loss(logp, old, adv, mask)
     # -min(rho A, clip(rho) A), clip 0.2: 5, 2 (unclipped for A < 0, rho > 1), -1.2
-    assert float(plain.loss) == pytest.approx((5 + 2 - 1.2) / 3)
+    assert float(plain.loss.detach()) == pytest.approx((5 + 2 - 1.2) / 3)
     dual = grpo_loss(logp, old, adv, mask, dual_clip=3.0)
     # A < 0: the loss is at most -c A = 3, so 5 -> 3; rho 2 and A > 0 as before
-    assert float(dual.loss) == pytest.approx((3 + 2 - 1.2) / 3)
+    assert float(dual.loss.detach()) == pytest.approx((3 + 2 - 1.2) / 3)
     (grad,) = torch.autograd.grad(dual.loss, logp)
     # the bounded token carries no gradient; rho 2 keeps d(-rho A)/dlogp = rho / 3
     assert grad[:, 0].tolist() == pytest.approx([0.0, 2 / 3, 0.0])
