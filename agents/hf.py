@@ -100,6 +100,7 @@ class ModelHost:
         self._memo_version: dict[str | None, tuple[int, ...]] = {}
         self._owners: dict[str | None, list[torch.Tensor]] | None = None
         self._active: str | None = None
+        self._disabled = False  # inside a use(None) block: PEFT's adapter layers are off
         self._prompt_memo: dict[tuple, tuple[array, bool]] = {}  # chat templating and
         # tokenising cost ~0.5 ms a prompt; small games repeat a few prompts thousands of times
         # (ids kept as int32 arrays: free text makes every prompt new, so the memo fills up)
@@ -196,22 +197,29 @@ class ModelHost:
     def use(self, adapter: str | None) -> Iterator[None]:
         """Run the block with ``adapter`` active, or with every adapter disabled for ``None``;
         the adapter active before comes back afterwards (PEFT's ``set_adapter`` also makes the
-        active adapter the only trainable one, so a nested block must hand it back)."""
+        active adapter the only trainable one, so a nested block must hand it back). Blocks
+        nest either way: an adapter's block inside the base model's switches the layers on."""
         if not isinstance(self.model, PeftModel):
             if adapter is not None:
                 raise KeyError(f"no adapter {adapter!r}: this model has none")
             yield
         elif adapter is None:
             previous, self._active = self._active, None
+            disabled, self._disabled = self._disabled, True
             try:
                 with self.model.disable_adapter():
                     yield
             finally:
-                self._active = previous
+                self._active, self._disabled = previous, disabled
+                if previous is not None:  # a nested block may have activated another
+                    self._set_adapter(previous)
         else:
             if adapter not in self.adapters:
                 raise KeyError(f"no adapter {adapter!r}; known: {self.adapters}")
-            previous = self._active
+            previous, disabled = self._active, self._disabled
+            if disabled:  # inside use(None): switch the layers back on for this block
+                self.model.base_model.enable_adapter_layers()
+                self._disabled = False
             self._set_adapter(adapter)
             self._active = adapter
             try:
@@ -219,7 +227,10 @@ class ModelHost:
             finally:
                 if previous is not None and previous != adapter:
                     self._set_adapter(previous)
-                    self._active = previous
+                if disabled:
+                    self.model.base_model.disable_adapter_layers()
+                    self._disabled = True
+                self._active = previous if previous is not None or disabled else adapter
 
     def _set_adapter(self, adapter: str) -> None:
         """PEFT's ``set_adapter`` walks every module (~25 ms) and a rollout step asks for the

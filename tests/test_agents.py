@@ -269,6 +269,12 @@ def test_nested_adapter_blocks_score_with_the_adapter_named(host: ModelHost) -> 
         with host.use("blue"):
             assert torch.allclose(score(), blue)
         assert torch.allclose(score(), red)
+    with host.use("red"):  # an adapter inside the base model's block, the base after it
+        with host.use(None):
+            with host.use("blue"):
+                assert torch.allclose(score(), blue)
+            assert torch.allclose(score(), base)
+        assert torch.allclose(score(), red)
     with host.use("red"):
         assert torch.allclose(score(), red)
     host.add_adapter("green")
