@@ -230,7 +230,8 @@ class ModelHost:
                 if disabled:
                     self.model.base_model.disable_adapter_layers()
                     self._disabled = True
-                self._active = previous if previous is not None or disabled else adapter
+                if previous is not None or disabled:  # else the adapter stays set, and active
+                    self._active = previous
 
     def _set_adapter(self, adapter: str) -> None:
         """PEFT's ``set_adapter`` walks every module (~25 ms) and a rollout step asks for the

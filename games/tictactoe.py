@@ -30,6 +30,12 @@ def wins(board: tuple[int, ...] | list[int], cell: int) -> bool:
     return any(all(board[i] == mark for i in line) for line in LINES_THROUGH[cell])
 
 
+def completing(board: tuple[int, ...] | list[int], mark: int) -> list[int]:
+    """The empty cells, in order, where ``mark`` would complete a line."""
+    return [c for c in range(9) if board[c] == EMPTY
+            and any(all(board[i] == mark for i in line if i != c) for line in LINES_THROUGH[c])]
+
+
 @register("tic_tac_toe")
 class TicTacToe(TextGame):
     """Two players alternate placing X (player_0, first) and O on a 3x3 grid."""
@@ -129,14 +135,8 @@ class HeuristicTicTacToe(PolicyBot):
     def action_probs(self, env: TicTacToe, agent: str) -> dict[int, float]:
         legal = env.legal_actions(agent)
         mine = env.mark_of(agent)
-
-        def completes(cell: int, mark: int) -> bool:
-            board = list(env.board)
-            board[cell] = mark
-            return wins(board, cell)
-
-        for choice in ([c for c in legal if completes(c, mine)],
-                       [c for c in legal if completes(c, CROSS + NOUGHT - mine)],
+        for choice in (completing(env.board, mine),
+                       completing(env.board, CROSS + NOUGHT - mine),
                        [c for c in legal if c == CENTRE],
                        [c for c in legal if c in CORNERS],
                        legal):

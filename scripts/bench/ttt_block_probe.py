@@ -36,38 +36,27 @@ from agents.builder import build_roster  # noqa: E402
 from agents.hf import role_prompts  # noqa: E402
 from agents.precision import autocast  # noqa: E402
 from configs import load_config  # noqa: E402
-from games.tictactoe import CROSS, EMPTY, LINES, NOUGHT  # noqa: E402
+from games.base import TextGame  # noqa: E402
+from games.tictactoe import CROSS, NOUGHT, completing  # noqa: E402
 
 CONFIG = REPO / "configs" / "tictactoe_vs_random.yaml"
 
 
-def completing(board: list[int], mark: int) -> set[int]:
-    """The empty cells that would give ``mark`` three in a line."""
-    out = set()
-    for line in LINES:
-        marks = [board[i] for i in line]
-        if marks.count(mark) == 2 and marks.count(EMPTY) == 1:
-            out.add(line[marks.index(EMPTY)])
-    return out
-
-
-def block_positions(n: int, seed: int) -> list[tuple[tuple[int, ...], set[int]]]:
-    """``n`` distinct (moves so far, blocking cells) from random play, either seat to move."""
+def block_positions(n: int, seed: int) -> list[tuple[TextGame, list[int]]]:
+    """``n`` distinct (position, blocking cells) from random play, either seat to move."""
     rng = random.Random(seed)
-    found: dict[tuple[int, ...], tuple[tuple[int, ...], set[int]]] = {}
+    found: dict[tuple[int, ...], tuple[TextGame, list[int]]] = {}
     for _ in range(1000 * n):  # the game has 1,484 such boards in all
         if len(found) >= n:
             break
         env = games.make("tic_tac_toe")
         env.reset(seed=rng.randrange(2**31))
-        moves: list[int] = []
         while not all(env.terminations.values()):
             mine = env.mark_of(env.agent_selection)
             blocks = completing(env.board, CROSS + NOUGHT - mine)
-            if blocks and not completing(env.board, mine):
-                found.setdefault(tuple(env.board), (tuple(moves), blocks))
-            moves.append(rng.choice(env.legal_actions(env.agent_selection)))
-            env.step(moves[-1])
+            if blocks and not completing(env.board, mine) and tuple(env.board) not in found:
+                found[tuple(env.board)] = env.clone(), blocks
+            env.step(rng.choice(env.legal_actions(env.agent_selection)))
     if len(found) < n:
         raise SystemExit(f"asked for {n} positions, random play found {len(found)}")
     boards = sorted(found)
@@ -93,19 +82,11 @@ def main() -> None:
     host, adapter = policy.host, policy.adapter
     positions = block_positions(args.train + args.heldout, args.seed)
 
-    def encode(moves: tuple[int, ...]):
-        env = games.make("tic_tac_toe")
-        env.reset(seed=0)
-        for a in moves:
-            env.step(a)
-        req = agent.request(env, env.agent_selection)
-        prompt = role_prompts(host, [req], policy.max_prompt_tokens)[0][0]
-        return prompt, [host.text_ids(t) for t in req.action_texts], req.legal
-
-    data = []
-    for moves, blocks in positions:
-        prompt, cands, legal = encode(moves)
-        data.append((prompt, cands, [i for i, a in enumerate(legal) if a in blocks]))
+    requests = [agent.request(env, env.agent_selection) for env, _ in positions]
+    prompts, _ = role_prompts(host, requests, policy.max_prompt_tokens)
+    data = [(prompt, [host.text_ids(t) for t in req.action_texts],
+             [i for i, a in enumerate(req.legal) if a in blocks])
+            for prompt, req, (_, blocks) in zip(prompts, requests, positions, strict=True)]
     train, held = data[:args.train], data[args.train:]
     print(f"{len(train)} training and {len(held)} held-out positions; prompts "
           f"{min(len(d[0]) for d in data)}-{max(len(d[0]) for d in data)} tokens; "
@@ -117,9 +98,10 @@ def main() -> None:
                             for s, d in zip(scores, batch, strict=True)])
 
     def heldout() -> float:
+        host.model.eval()
         with torch.no_grad(), host.use(adapter), autocast(policy.precision, host.device):
-            host.model.eval()
             p = torch.cat([block_logp(held[i:i + 32]).exp() for i in range(0, len(held), 32)])
+        host.model.train()
         return float(p.mean())
 
     params = [p for p in host.model.parameters() if p.requires_grad]
@@ -137,7 +119,6 @@ def main() -> None:
         rng.shuffle(order)
         for k in range(steps_per_epoch):
             batch = [train[i] for i in order[k * args.batch:(k + 1) * args.batch]]
-            host.model.train()
             with host.use(adapter), autocast(policy.precision, host.device):
                 loss = -block_logp(batch).mean()
             opt.zero_grad()
