@@ -21,12 +21,13 @@ legal action and K times over, each copy plays that action and is played out by 
 seats, batched with the main games.  The turn's ``action_values[j]`` is the mean return the
 deciding agent earned from the decision on after playing action j: an estimate of
 ``Q(s, a_j)`` under the policies as they are, for the actions it did not sample too.
-Branches are not episodes; they do not branch again.
+Branches are not episodes; they do not branch again.  With ``branch_agent`` set, that agent
+(a bot) plays every seat of every copy instead: the values are then those of the bot's play
+after the decision (Tesauro and Galperin's rollouts), at no model call.
 """
 
 from __future__ import annotations
 
-import copy
 import random
 import statistics
 import time
@@ -121,19 +122,21 @@ class RolloutEngine:
     ``seating(i)`` returns ``{agent_id: Agent}`` for episode ``i`` (so callers rotate seats,
     sample league opponents, etc.).  ``invalid`` says what an unplayable answer does (default:
     the game's forfeit); ``branch`` and ``branch_roles`` whose decisions are valued by
-    branching (module docstring).
+    branching, ``branch_agent`` who plays the copies out if not their seats (module
+    docstring).
     """
 
     def __init__(self, make_env: Callable[[], TextGame],
                  seating: Callable[[int], dict[str, Agent]], concurrency: int = 32,
                  invalid: InvalidMovesConfig | None = None, branch: int = 0,
-                 branch_roles: Collection[str] = ()) -> None:
+                 branch_roles: Collection[str] = (), branch_agent: Agent | None = None) -> None:
         self.make_env = make_env
         self.seating = seating
         self.concurrency = max(1, concurrency)
         self.invalid = invalid or InvalidMovesConfig()
         self.branch = branch
         self.branch_roles = frozenset(branch_roles)
+        self.branch_agent = branch_agent
         self._forks: list[_Running] = []
 
     def play(self, n: int, seed: int = 0, seeds: Sequence[int] | None = None,
@@ -152,8 +155,9 @@ class RolloutEngine:
             self._step(running)
             running.extend(self._forks)
             self._forks.clear()
-            for r in [r for r in running if not r.env.agents]:
-                running.remove(r)
+            ended = [r for r in running if not r.env.agents]
+            running[:] = [r for r in running if r.env.agents]
+            for r in ended:
                 if r.parent is not None:
                     turn, j = r.parent
                     assert turn.action_values is not None
@@ -168,14 +172,16 @@ class RolloutEngine:
         """Queue ``branch`` copies of the game for each legal action, before ``turn``'s own
         is played; each copy draws its chance events afresh."""
         turn.action_values = [0.0] * len(legal)
+        seats = (r.seats if self.branch_agent is None
+                 else dict.fromkeys(r.seats, self.branch_agent))
         for j, action in enumerate(legal):
             for _ in range(self.branch):
-                env = copy.deepcopy(r.env)
+                env = r.env.clone()
                 if hasattr(env, "np_random"):
                     env.np_random = np.random.default_rng(r.rng.randrange(2**63))
                 ep = Episode(index=r.episode.index, game=r.episode.game, seed=r.episode.seed,
                              seats=r.episode.seats)
-                b = _Running(ep, env, r.seats, random.Random(r.rng.random()), parent=(turn, j))
+                b = _Running(ep, env, seats, random.Random(r.rng.random()), parent=(turn, j))
                 self._advance(b, action)
                 self._forks.append(b)
 

@@ -172,6 +172,12 @@ class TrainConfig(StrictModel):
                     "game per legal action played out by the same seats, and policy_target "
                     "steps on those action values (every action valued, also the ones not "
                     "played); 0: action values from the batch's own games.")
+    branch_rollout: str = Field(
+        "policy", min_length=1,
+        description="Who plays the branched copies out: policy: the seats' own policies "
+                    "(Q of the policies as they are); a bot of the game (random, heuristic, "
+                    "...): that bot in every seat of every copy, so a copy costs no model "
+                    "call (Q of the bot: one step of policy improvement over it).")
     rae_decay: Float = Field(0.95, gt=0.0, lt=1.0)
     group_size: Int = Field(8, ge=2, le=MAX_BATCH, description="G: games per group.")
     groups_per_step: Int = Field(8, ge=1, le=MAX_BATCH, description="Groups per training step.")
@@ -231,6 +237,9 @@ class TrainConfig(StrictModel):
         want = {"advantage": ("agent_wise", "global"), "group_by": ("state",),
                 "advantage_scale": ("none",), "common_mode": (0.0,)}
         bad = [k for k, ok in want.items() if getattr(self, k) not in ok]
+        if self.branch_rollout != "policy" and not self.branch:
+            raise ValueError(f"branch_rollout {self.branch_rollout!r} plays the branched copies "
+                             "out: set branch: K > 0 (or leave branch_rollout: policy)")
         if self.branch and not self.policy_target.eta > 0:
             raise ValueError("branch values the actions for policy_target's step: set "
                              "policy_target.eta > 0 (or branch: 0)")

@@ -144,6 +144,9 @@ def check_compatible(cfg: TeamConfig) -> None:
     if tc.branch and cfg.rollout_kind() == "team":
         raise TrainingError("train.branch copies a game mid-play: it needs a game rollout, not "
                             "a team task")
+    if tc.branch_rollout not in ("policy", *bot_names(cfg.game.name)):
+        raise TrainingError(f"train.branch_rollout {tc.branch_rollout!r} is neither policy nor "
+                            f"a bot of {cfg.game.name} ({', '.join(bot_names(cfg.game.name))})")
     if tc.policy_target.eta > 0:
         trained = {r for roles in trainable_hosts(cfg).values() for r in roles}
         free = [r.name for r in cfg.roles if r.name in trained and r.decoding.mode != "choice"]

@@ -184,12 +184,16 @@ class RolloutWorker:
     def _play_games(self, specs: list[EpisodeSpec]) -> list[Episode]:
         seatings = [{s: self._participant(p) for s, p in spec.seating} for spec in specs]
         game, tc = self.cfg.game, self.cfg.train
+        branch = tc.branch if tc and tc.policies == "train" else 0
         engine = RolloutEngine(lambda: games.make_from_config(game),
                                lambda i: seatings[i],
                                concurrency=tc.concurrency if tc else 64,
                                invalid=tc.invalid_moves if tc else None,
-                               branch=tc.branch if tc and tc.policies == "train" else 0,
-                               branch_roles=[r.name for r in self.cfg.roles if r.adapter])
+                               branch=branch,
+                               branch_roles=[r.name for r in self.cfg.roles if r.adapter],
+                               branch_agent=(self._participant(ParticipantId(
+                                   "bot", tc.branch_rollout))
+                                   if branch and tc.branch_rollout != "policy" else None))
         return engine.play(len(specs), seeds=[s.seed for s in specs])
 
     def exploitability(self) -> float:

@@ -18,7 +18,7 @@ from configs import ConfigError, load_config_text
 from games.bots import make_bot
 from games.tictactoe import wins
 from marl.targets import action_values
-from marl.trainer import Trainer
+from marl.trainer import Trainer, TrainingError
 
 PILES = (2, 3, 1)
 
@@ -68,6 +68,30 @@ def test_branches_value_every_action_as_a_direct_play_out() -> None:
             valued += len(legal)
     assert valued > 0
     assert {1.0, -1.0} <= {v for ep in eps for t in ep.turns for v in t.action_values or ()}
+
+
+def test_a_branch_agent_plays_every_seat_of_the_copies() -> None:
+    """Random seats, the optimal bot as ``branch_agent``: the values are those of optimal
+    play after each action (a direct play-out with the optimal bot), not of the seats."""
+    make = lambda: games.make("nim", piles=PILES)  # noqa: E731
+    me = Agent("me", "player", ScriptedPolicy("nim", "random", seed=1), mode="choice")
+    bot = Agent("bot", "bot", ScriptedPolicy("nim", "random", seed=2), mode="choice")
+    rollout = Agent("bot:optimal", "bot:optimal@bot", ScriptedPolicy("nim", "optimal"),
+                    mode="choice")
+    seats = make().possible_agents
+    eps = RolloutEngine(make, lambda i: dict(zip(seats, [me, bot] if i % 2 == 0 else [bot, me],
+                                                 strict=True)),
+                        branch=1, branch_roles=["player"], branch_agent=rollout).play(6)
+    optimal = make_bot("nim", "optimal")
+    valued = 0
+    for ep in eps:
+        for i, t in enumerate(ep.turns):
+            if t.action_values is not None:
+                env = _state_before(ep, i, make)
+                legal = env.legal_actions(t.agent)
+                assert t.action_values == [_play_out(env, a, t.agent, optimal) for a in legal]
+                valued += len(legal)
+    assert valued > 10
 
 
 def test_a_winning_move_is_worth_exactly_one_whatever_the_seats_sample() -> None:
@@ -124,8 +148,22 @@ def test_branch_needs_the_policy_target_step() -> None:
             "  policy_target: {eta: 2.0, fit_steps: 2}\n", ""), count=1))
 
 
-def test_a_branched_training_run_fits_every_decision_s_values(tmp_path: Path) -> None:
-    tr = Trainer(load_config_text(tiny_team("tic_tac_toe", BRANCH, count=1)), tmp_path / "run")
+def test_branch_rollout_is_a_bot_of_the_game_and_needs_branching(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="set branch: K > 0"):
+        load_config_text(tiny_team("tic_tac_toe", BRANCH.replace("branch: 1", "branch: 0")
+                                   + "  branch_rollout: random\n", count=1))
+    cfg = load_config_text(tiny_team("tic_tac_toe", BRANCH + "  branch_rollout: nobody\n",
+                                     count=1))
+    with pytest.raises(TrainingError, match="neither policy nor a bot of tic_tac_toe"):
+        Trainer(cfg, tmp_path / "run")
+
+
+@pytest.mark.parametrize("rollout", ["policy", "random"])
+def test_a_branched_training_run_fits_every_decision_s_values(tmp_path: Path,
+                                                               rollout: str) -> None:
+    tr = Trainer(load_config_text(tiny_team("tic_tac_toe", BRANCH
+                                            + f"  branch_rollout: {rollout}\n", count=1)),
+                 tmp_path / "run")
     hist = tr.fit()
     for h in hist:
         assert h["branches"] >= h["decisions"] * 2  # at least two legal moves a decision
