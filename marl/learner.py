@@ -448,30 +448,35 @@ class Learner:
         by_adapter: dict[str, list[tuple]] = defaultdict(list)
         for key in states:
             by_adapter[key[0]].append(key)
-        targets, kl_mag, ent, first = {}, [], [], 0.0
-        with torch.no_grad(), autocast(self.precision, self.host.device):
-            for adapter, group in by_adapter.items():
-                reps = [states[k] for k in group]
-                with self.host.use(adapter):
-                    logp = self._choice_dists(reps)
-                rho = self._magnet_logp(reps) if self.magnet > 0 else [torch.zeros_like(lp)
-                                                                       for lp in logp]
-                for k, lp, r in zip(group, logp, rho, strict=True):
-                    qk = torch.tensor(q[k], device=lp.device)
-                    targets[k] = mmd_target(lp.float(), r.float(), qk, self.target_eta,
-                                            self.magnet)
-                    first += float(target_kl(lp.float(), targets[k]))
-                    if self.magnet > 0:
-                        kl_mag.append(float(exact_kl(lp.float(), r.float())))
-                    ent.append(float(-(lp.exp() * lp).sum()))
+        rho: dict[tuple, torch.Tensor] = {}
+        if self.magnet > 0:
+            with torch.no_grad(), autocast(self.precision, self.host.device):
+                for group in by_adapter.values():
+                    rho.update(zip(group, self._magnet_logp([states[k] for k in group]),
+                                   strict=True))
+        targets: dict[tuple, torch.Tensor] = {}
+        kl_mag, ent = [], []
+
+        def target(key: tuple, logp: torch.Tensor) -> torch.Tensor:
+            """The state's target, made from the policy at its first scoring (the fit's
+            start), so that scoring is also the fit's first forward."""
+            if key not in targets:
+                lp = logp.detach().float()
+                r = rho[key].float() if key in rho else torch.zeros_like(lp)
+                targets[key] = mmd_target(lp, r, torch.tensor(q[key], device=lp.device),
+                                          self.target_eta, self.magnet)
+                if self.magnet > 0:
+                    kl_mag.append(float(exact_kl(lp, r)))
+                ent.append(float(-(lp.exp() * lp).sum()))
+            return targets[key]
+
         n = len(states)
-        first /= n
         agent_norms: dict[str, float] = {}
         grad_norm = [0.0]
 
         def loss(grad: bool) -> float:
             self.optimizer.zero_grad()
-            total = 0.0
+            total, finite = 0.0, True
             self.host.model.train(grad)
             try:
                 for adapter, group in sorted(by_adapter.items()):
@@ -481,25 +486,24 @@ class Learner:
                             with autocast(self.precision, self.host.device):
                                 dists = self._choice_dists(chunk)
                                 part = torch.stack([
-                                    target_kl(lp.float(), targets[_state_key(it)])
+                                    target_kl(lp.float(), target(_state_key(it), lp))
                                     for it, lp in zip(chunk, dists, strict=True)]).sum() / n
-                            if not torch.isfinite(part):
-                                return math.inf
-                            if grad:
+                            finite = finite and bool(torch.isfinite(part))
+                            if grad and finite:
                                 self.optimizer.backward(part)
                             total += float(part.detach())
                     if grad:
                         agent_norms[adapter] = math.sqrt(tap.squared_norm())
             finally:
                 self.host.model.eval()
-            return total
+            return total if finite else math.inf
 
         def step(lr: float) -> None:
             self.optimizer.set_lr(lr)
             grad_norm[0] = self.optimizer.step()  # applies nothing when it is not finite
 
         if self.solver == "gauss_newton":
-            result = self._gauss_newton(by_adapter, states, targets, loss, first)
+            result = self._gauss_newton(by_adapter, states, targets, loss, loss(False))
         else:
             result = fit(loss, step, self.weights, self.load, self._lr, self.fit_steps)
         return UpdateStats(result.first, grad_norm[0], agent_norms, 0.0, 0.0, sum(ent) / n,
