@@ -115,7 +115,7 @@ def test_emulated_bf16_is_kept_as_asked_but_warned_about(hardware) -> None:
 
 def test_the_shipped_recipes_ask_for_auto() -> None:
     for name in ("kuhn_selfplay", "kuhn_magnet", "leduc_selfplay", "tictactoe_vs_random",
-                 "coop_plan_execute"):
+                 "tictactoe_rollout_values", "coop_plan_execute"):
         cfg = load_config(CONFIGS / f"{name}.yaml")
         assert {r.decoding.precision for r in cfg.roles} == {"auto"}, name
         assert cfg.train is not None and cfg.train.precision == "auto", name
