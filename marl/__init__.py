@@ -1,33 +1,18 @@
-"""The multi-agent GRPO trainer: estimators, the loss, the learner, leagues, runtimes, the loop.
+"""marl-teams: teams of LLM agents that learn together.
 
-``Trainer(cfg, run_dir).fit()`` trains a team config's adapters (and a learnable topology) on
-its game or cooperative task; the pieces it is made of are public so that a benchmark or a
-user's own loop can reuse them:
+One import namespace; each concern is a sub-package, and importing ``marl`` itself loads none
+of them (no torch, no Ray), so ``python -c "import marl"`` stays instant:
 
-- advantage estimators (``make_estimator(name)``, ``ESTIMATORS``, ``Samples``, ``Advantages``,
-  ``remove_common_mode``) and the clipped ``grpo_loss`` (math in docs/algorithms.md);
-- ``Learner`` (GRPO updates of the LoRA adapters on one base model) and ``League`` (snapshot
-  opponents);
-- ``Runtime`` (where rollouts and updates run: ``LocalRuntime`` or ``RayRuntime``);
-- checkpoints (``save_checkpoint``, ``load_checkpoint``: safetensors, PEFT and JSON only).
+- :mod:`marl.config`: the team and tournament schemas and their loader (YAML in, typed
+  models out, problems located as FILE:LINE:COL);
+- :mod:`marl.games`: games and cooperative tasks (PettingZoo-style, knows nothing of LLMs);
+- :mod:`marl.topologies`: communication graphs (networkx), learnable edges;
+- :mod:`marl.agents`: models, per-role policies, decoding and the rollout engine;
+- :mod:`marl.orchestrator`: the team runtime, the arena (play, tournaments, ratings) and
+  serving (export, the OpenAI-compatible server);
+- :mod:`marl.train`: multi-agent GRPO (estimators, losses, the learner, the trainer);
+- :mod:`marl.infra`: run folders, seeds, atomic writes, Ray actor pools;
+- :mod:`marl.cli`: the ``marl`` command.
 """
 
-from marl.advantages import (
-    ESTIMATORS,
-    Advantages,
-    Samples,
-    make_estimator,
-    remove_common_mode,
-)
-from marl.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from marl.league import League
-from marl.learner import Learner, TrainItem, UpdateStats
-from marl.loss import grpo_loss
-from marl.runtime import LocalRuntime, RayRuntime, Runtime
-from marl.trainer import StepResult, Trainer, TrainingError
-
-__all__ = [
-    "ESTIMATORS", "Advantages", "Checkpoint", "League", "Learner", "LocalRuntime", "RayRuntime",
-    "Runtime", "Samples", "StepResult", "TrainItem", "Trainer", "TrainingError", "UpdateStats",
-    "grpo_loss", "load_checkpoint", "make_estimator", "remove_common_mode", "save_checkpoint",
-]
+__version__ = "0.1.0"

@@ -23,7 +23,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # scripts/ may shadow package names
 
-from infra.layout import (  # noqa: E402
+from marl.infra.layout import (  # noqa: E402
     BEST,
     CHECKPOINTS,
     METRICS,
@@ -39,8 +39,11 @@ def checkpoints(run: Path, most: int = 3) -> list[Path]:
     """Up to ``most`` checkpoints of the run, evenly spaced, always including the last, plus
     the best one (``RUN/best``) if it is not among them."""
     found = sorted(p for p in (run / CHECKPOINTS).iterdir() if (p / TEAM_FILE).is_file())
-    picks = ({round(i * (len(found) - 1) / (most - 1)) for i in range(most)}
-             if len(found) > most else set(range(len(found))))
+    picks = (
+        {round(i * (len(found) - 1) / (most - 1)) for i in range(most)}
+        if len(found) > most
+        else set(range(len(found)))
+    )
     best = latest_checkpoint(run, BEST)
     if best is not None and best in found:
         picks.add(found.index(best))
@@ -63,10 +66,17 @@ def tournament_file(run: Path, games: int) -> Path:
         {"name": INITIAL, "source": str(team.resolve())},
         *({"name": trained_name(c), "source": str(c.resolve())} for c in ckpts),
     ]
-    doc = {"schema": "marl-teams/tournament/v1", "name": f"{run.name}-tournament",
-           "game": {"name": "kuhn_poker"}, "participants": participants,
-           "schedule": {"kind": "round_robin"}, "games_per_pairing": games, "seed": 0,
-           "anchor": RANDOM, "bootstrap": 200}
+    doc = {
+        "schema": "marl-teams/tournament/v1",
+        "name": f"{run.name}-tournament",
+        "game": {"name": "kuhn_poker"},
+        "participants": participants,
+        "schedule": {"kind": "round_robin"},
+        "games_per_pairing": games,
+        "seed": 0,
+        "anchor": RANDOM,
+        "bootstrap": 200,
+    }
     path = run / "tournament.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
@@ -74,8 +84,10 @@ def tournament_file(run: Path, games: int) -> Path:
 
 def read_ratings(path: Path) -> dict[str, dict[str, float]]:
     with path.open(newline="", encoding="utf-8") as f:
-        return {row["name"]: {k: float(v) for k, v in row.items() if k != "name"}
-                for row in csv.DictReader(f)}
+        return {
+            row["name"]: {k: float(v) for k, v in row.items() if k != "name"}
+            for row in csv.DictReader(f)
+        }
 
 
 def head_to_head(matches: Path, a: str, b: str) -> tuple[float, float, int]:
@@ -91,7 +103,7 @@ def head_to_head(matches: Path, a: str, b: str) -> tuple[float, float, int]:
         return float("nan"), float("nan"), n
     mean = sum(chips) / n
     sd = (sum((c - mean) ** 2 for c in chips) / (n - 1)) ** 0.5
-    return mean, 1.96 * sd / n ** 0.5, n
+    return mean, 1.96 * sd / n**0.5, n
 
 
 def verdict(ratings: dict[str, dict[str, float]], last: str, chips: float, half: float) -> str:
@@ -99,14 +111,20 @@ def verdict(ratings: dict[str, dict[str, float]], last: str, chips: float, half:
     t, i = ratings[last], ratings[INITIAL]
     rating = f"rating {t['rating']:.0f} vs {i['rating']:.0f}"
     if chips - half > 0:
-        return (f"{last} is AHEAD of the untrained model: it wins {chips:+.3f} +/- {half:.3f} "
-                f"chips a game against it (95% interval above 0); {rating}.")
+        return (
+            f"{last} is AHEAD of the untrained model: it wins {chips:+.3f} +/- {half:.3f} "
+            f"chips a game against it (95% interval above 0); {rating}."
+        )
     if chips > 0:
-        return (f"{last} is ahead of the untrained model on the point estimate only: "
-                f"{chips:+.3f} +/- {half:.3f} chips a game (the 95% interval includes 0); "
-                f"{rating}.")
-    return (f"{last} is NOT ahead of the untrained model: {chips:+.3f} +/- {half:.3f} chips a "
-            f"game against it; {rating}.")
+        return (
+            f"{last} is ahead of the untrained model on the point estimate only: "
+            f"{chips:+.3f} +/- {half:.3f} chips a game (the 95% interval includes 0); "
+            f"{rating}."
+        )
+    return (
+        f"{last} is NOT ahead of the untrained model: {chips:+.3f} +/- {half:.3f} chips a "
+        f"game against it; {rating}."
+    )
 
 
 def summary(run: Path) -> str:
@@ -118,28 +136,38 @@ def summary(run: Path) -> str:
     chips, half, n = head_to_head(tdir / "matches.jsonl", last, INITIAL)
     steps = [json.loads(x) for x in (run / METRICS).read_text().splitlines()]
     trained_steps = max((s.get("step", 0) for s in steps), default=0)
-    expl = {f"trained@{s['step']}": f"{s['eval']['exploitability']:.3f}"
-            for s in steps if "eval" in s}
-    expl |= {INITIAL: f"{before:.3f}", RANDOM: f"{11 / 24:.3f}", NASH: "<= 0.001 (CFR)",
-             last: f"{after:.3f}"}  # after.json reads the last checkpoint
+    expl = {
+        f"trained@{s['step']}": f"{s['eval']['exploitability']:.3f}" for s in steps if "eval" in s
+    }
+    expl |= {
+        INITIAL: f"{before:.3f}",
+        RANDOM: f"{11 / 24:.3f}",
+        NASH: "<= 0.001 (CFR)",
+        last: f"{after:.3f}",
+    }  # after.json reads the last checkpoint
     best_line = ""
     best_ckpt = latest_checkpoint(run, BEST)
     if best_ckpt is not None:
         best = json.loads((best_ckpt / STATE_FILE).read_text())["best"]
-        best_line = (f"\nThe best checkpoint (`{run}/best`, lowest exploitability measured "
-                     f"during training): step {best['step']}, {best['exploitability']:.4f}.\n")
+        best_line = (
+            f"\nThe best checkpoint (`{run}/best`, lowest exploitability measured "
+            f"during training): step {best['step']}, {best['exploitability']:.4f}.\n"
+        )
     rows = "\n".join(
         f"| {name} | {r['rating']:.0f} | [{r['ci_low']:.0f}, {r['ci_high']:.0f}] | "
         f"{r['games']:.0f} | {r['wins']:.0f} / {r['draws']:.0f} / {r['losses']:.0f} | "
         f"{r['nash_average']:+.3f} [{r['nash_low']:+.3f}, {r['nash_high']:+.3f}] | "
-        f"{expl.get(name, 'n/a')} |" for name, r in ratings.items())
+        f"{expl.get(name, 'n/a')} |"
+        for name, r in ratings.items()
+    )
     text = f"""# Main job: Kuhn poker self-play on SmolLM2-135M-Instruct
 
 Training: {trained_steps} steps (`{run}/metrics.jsonl`); learning curve `curves.png`.
 
 Exact exploitability of the table policy (0 = Nash; the random bot's is 11/24 = 0.458):
-untrained {before:.4f} -> trained {after:.4f} ({'lower, better' if after < before else
-                                                'NOT lower'}).
+untrained {before:.4f} -> trained {after:.4f} ({
+        "lower, better" if after < before else "NOT lower"
+    }).
 {best_line}
 Tournament (round robin, both seats; Bradley-Terry ratings anchored on the random bot at 0,
 95% bootstrap intervals; `tournament/report.html`):

@@ -5,8 +5,41 @@ same thing."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from agents.policy import Request, Response
+from marl.agents.policy import Request, Response
+
+#: The repository root, and its recipes folder (team and tournament YAML files).
+REPO = Path(__file__).resolve().parents[1]
+RECIPES = REPO / "configs"
+
+
+def recipes() -> list[Path]:
+    """The shipped recipe files (``configs/*.yaml``: teams and tournaments), sorted by name."""
+    return sorted(RECIPES.glob("*.yaml"))
+
+
+def build_tiny_host(*adapters: str, dtype=None, seed: int = 0, perturb: bool = False, **adapter_kw):
+    """The tiny random model (base in ``dtype``, default fp32) in a ``ModelHost`` with one
+    LoRA adapter per name (r 4, alpha 8 unless ``adapter_kw`` says otherwise; the i-th seeded
+    ``seed + i``).  ``perturb`` makes every adapter differ from the base (B drawn at 0.05 from
+    a generator seeded ``seed``), so that checks run through the adapter's path."""
+    import torch
+
+    from marl.agents.hf import ModelHost
+    from marl.agents.models import load_model
+
+    host = ModelHost(*load_model("tiny-random", dtype=dtype or torch.float32))
+    kw = {"r": 4, "alpha": 8, **adapter_kw}
+    for i, name in enumerate(adapters):
+        host.add_adapter(name, seed=seed + i, **kw)
+    if perturb:
+        gen = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for name, p in host.model.named_parameters():
+                if "lora_B" in name:
+                    p.copy_(torch.randn(p.shape, generator=gen) * 0.05)
+    return host
 
 
 def tiny_team(game: str, train: str, count: int = 2, extra: str = "") -> str:
@@ -44,15 +77,19 @@ train:
 
 def tiny_smoke(path: str, steps: int = 2):
     """A shipped team file on the tiny model: ``steps`` small steps, in this process."""
-    from pathlib import Path
+    from marl.config import load_config
 
-    from configs import load_config
-
-    cfg = load_config(Path(__file__).resolve().parents[1] / path)
-    roles = [r.replace(model="tiny-random", adapter=r.adapter.replace(r=4, alpha=8))
-             for r in cfg.roles]
-    train = cfg.train.replace(steps=steps, group_size=2, groups_per_step=2, max_minutes=None,
-                              ray=cfg.train.ray.replace(enabled=False))
+    cfg = load_config(REPO / path)
+    roles = [
+        r.replace(model="tiny-random", adapter=r.adapter.replace(r=4, alpha=8)) for r in cfg.roles
+    ]
+    train = cfg.train.replace(
+        steps=steps,
+        group_size=2,
+        groups_per_step=2,
+        max_minutes=None,
+        ray=cfg.train.ray.replace(enabled=False),
+    )
     return cfg.replace(roles=roles, train=train)
 
 
@@ -75,12 +112,13 @@ class ParityTask:
 
 def register_parity_task(name: str, first: str, answerer: str, view: str = "You start.") -> None:
     """Register a :class:`ParityTask` as the task ``name``: ``first`` alone reads ``view``."""
-    from games.tasks import register_task
+    from marl.games.tasks import register_task
 
     @register_task(name)
     def parity_task(seed: int, difficulty: int = 0) -> ParityTask:
-        return ParityTask(seed, difficulty, game=name, private_views={first: view},
-                          answerer=answerer)
+        return ParityTask(
+            seed, difficulty, game=name, private_views={first: view}, answerer=answerer
+        )
 
 
 class Saying:

@@ -32,17 +32,19 @@ warnings.filterwarnings("ignore")
 
 import torch  # noqa: E402
 
-import games  # noqa: E402
-from agents import Agent  # noqa: E402
-from agents.hf import ModelHost  # noqa: E402
-from agents.models import load_model  # noqa: E402
+from marl import games  # noqa: E402
+from marl.agents import Agent  # noqa: E402
+from marl.agents.hf import ModelHost  # noqa: E402
+from marl.agents.models import load_model  # noqa: E402
 
 
 def requests(n: int, seed: int) -> list:
     """Requests at ``n`` distinct tic-tac-toe positions of random play, seats mixed."""
     rng, seen, out = random.Random(seed), set(), []
-    agents = {s: Agent(s, "player", None, mode="choice")  # type: ignore[arg-type]
-              for s in ("player_0", "player_1")}
+    agents = {
+        s: Agent(s, "player", None, mode="choice")  # type: ignore[arg-type]
+        for s in ("player_0", "player_1")
+    }
     while len(out) < n:
         env = games.make("tic_tac_toe")
         env.reset(seed=rng.randrange(10**6))
@@ -61,8 +63,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--positions", type=int, default=48)
-    ap.add_argument("--micro-batch", type=int, default=144,
-                    help="(prompt, candidate) pairs per forward, as train.learner.micro_batch")
+    ap.add_argument(
+        "--micro-batch",
+        type=int,
+        default=144,
+        help="(prompt, candidate) pairs per forward, as train.learner.micro_batch",
+    )
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
     host = ModelHost(*load_model(args.model))
@@ -76,8 +82,9 @@ def main() -> None:
         if pairs + len(r.action_texts) > args.micro_batch:
             chunks.append([])
             pairs = 0
-        chunks[-1].append((host.prompt_ids(r.messages)[0],
-                           [host.text_ids(t) for t in r.action_texts]))
+        chunks[-1].append(
+            (host.prompt_ids(r.messages)[0], [host.text_ids(t) for t in r.action_texts])
+        )
         pairs += len(r.action_texts)
     params = [p for p in host.model.parameters() if p.requires_grad]
 
@@ -94,9 +101,12 @@ def main() -> None:
                 out.append(torch.cat(scores).detach())
         return time.perf_counter() - t, torch.cat(out)
 
-    print(f"model {args.model}; {len(reqs)} positions, {sum(len(r.action_texts) for r in reqs)} "
-          f"candidates in {len(chunks)} micro-batches; torch threads {torch.get_num_threads()}; "
-          f"load at start {os.getloadavg()[0]:.2f}", flush=True)
+    print(
+        f"model {args.model}; {len(reqs)} positions, {sum(len(r.action_texts) for r in reqs)} "
+        f"candidates in {len(chunks)} micro-batches; torch threads {torch.get_num_threads()}; "
+        f"load at start {os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
     learner_pass("sdpa_gqa")  # warm-up: first-call allocations
     times: dict[str, list[float]] = {"sdpa": [], "sdpa_gqa": []}
     for k in range(args.repeats):
@@ -112,8 +122,10 @@ def main() -> None:
     print("| attention | median s (forward + backward) | vs sdpa |")
     print("|---|---|---|")
     print(f"| sdpa (KV heads copied) | {statistics.median(times['sdpa']):.2f} | 1.00x |")
-    print(f"| sdpa_gqa (KV heads in place) | {statistics.median(times['sdpa_gqa']):.2f} | "
-          f"{statistics.median(ratios):.2f}x (pairs {min(ratios):.2f}-{max(ratios):.2f}x) |")
+    print(
+        f"| sdpa_gqa (KV heads in place) | {statistics.median(times['sdpa_gqa']):.2f} | "
+        f"{statistics.median(ratios):.2f}x (pairs {min(ratios):.2f}-{max(ratios):.2f}x) |"
+    )
     print(f"load at end {os.getloadavg()[0]:.2f}")
 
 

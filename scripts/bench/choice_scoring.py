@@ -31,10 +31,10 @@ warnings.filterwarnings("ignore")
 
 import torch  # noqa: E402
 
-import games  # noqa: E402
-from agents import Agent  # noqa: E402
-from agents.hf import ModelHost  # noqa: E402
-from agents.models import load_model  # noqa: E402
+from marl import games  # noqa: E402
+from marl.agents import Agent  # noqa: E402
+from marl.agents.hf import ModelHost  # noqa: E402
+from marl.agents.models import load_model  # noqa: E402
 
 
 def positions(game: str, n: int, seed: int) -> list:
@@ -65,8 +65,10 @@ def bench_game(host: ModelHost, game: str, n: int) -> None:
     """Check that both ways agree on ``n`` positions of ``game``, then time them."""
     envs = positions(game, n, 0)
     agents = [Agent(f"player_{i}", "player", None, mode="choice") for i in range(2)]  # type: ignore[arg-type]
-    reqs = [agents[e.possible_agents.index(e.agent_selection)].request(e, e.agent_selection)
-            for e in envs]
+    reqs = [
+        agents[e.possible_agents.index(e.agent_selection)].request(e, e.agent_selection)
+        for e in envs
+    ]
     prompts = [host.prompt_ids(r.messages)[0] for r in reqs]
     cands = [[host.text_ids(t) for t in r.action_texts] for r in reqs]
     flat_p = [p for p, cs in zip(prompts, cands, strict=True) for _ in cs]
@@ -89,10 +91,11 @@ def bench_game(host: ModelHost, game: str, n: int) -> None:
     for grad in (False, True):
         with host.use("player"):
             t_tree, t_flat = timed(tree, grad), timed(flat, grad)
-        print(f"| {game} | {'forward+backward' if grad else 'forward'} | "
-              f"<= {tree_tokens} / {flat_tokens} | {t_tree:.2f} | {t_flat:.2f} | "
-              f"{t_flat / t_tree:.2f}x |")
-
+        print(
+            f"| {game} | {'forward+backward' if grad else 'forward'} | "
+            f"<= {tree_tokens} / {flat_tokens} | {t_tree:.2f} | {t_flat:.2f} | "
+            f"{t_flat / t_tree:.2f}x |"
+        )
 
 
 def main() -> None:
@@ -102,12 +105,15 @@ def main() -> None:
     args = ap.parse_args()
     host = ModelHost(*load_model(args.model))
     host.add_adapter("player", r=8, alpha=16)
-    print(f"model {args.model}; {args.positions} positions per game; load "
-          f"{os.getloadavg()[0]:.2f}; torch threads {torch.get_num_threads()}")
+    print(
+        f"model {args.model}; {args.positions} positions per game; load "
+        f"{os.getloadavg()[0]:.2f}; torch threads {torch.get_num_threads()}"
+    )
     print("| game | pass | tokens tree / flat | tree s | flat s | flat / tree |")
     print("|---|---|---|---|---|---|")
     for game in ("kuhn_poker", "tic_tac_toe"):
         bench_game(host, game, args.positions)
+
 
 if __name__ == "__main__":
     main()

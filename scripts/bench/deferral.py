@@ -29,18 +29,19 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 warnings.filterwarnings("ignore")
 
-from configs import TeamConfig, load_config  # noqa: E402
-from configs.schema import DeferConfig  # noqa: E402
-from marl.trainer import Trainer  # noqa: E402
-from orchestrator.credit import Accuracy, held_out_tasks  # noqa: E402
-from orchestrator.team import Team  # noqa: E402
-from orchestrator.team.runtime import trained_parts  # noqa: E402
+from marl.config import TeamConfig, load_config  # noqa: E402
+from marl.config.schema import DeferConfig  # noqa: E402
+from marl.orchestrator.credit import Accuracy, held_out_tasks  # noqa: E402
+from marl.orchestrator.team import Team  # noqa: E402
+from marl.orchestrator.team.runtime import trained_parts  # noqa: E402
+from marl.train.trainer import Trainer  # noqa: E402
 
 COSTS = (0.0, 0.2, 0.5, 1.0, 1.5)
 
 
-def deferring(cfg: TeamConfig, role: str, cost: float, token: str, steps: int,
-              model: str | None) -> TeamConfig:
+def deferring(
+    cfg: TeamConfig, role: str, cost: float, token: str, steps: int, model: str | None
+) -> TeamConfig:
     """``cfg`` with ``role`` deferring to the oracle at ``cost`` (and told how), trained for
     ``steps`` steps in this process."""
     roles = []
@@ -48,13 +49,19 @@ def deferring(cfg: TeamConfig, role: str, cost: float, token: str, steps: int,
         if model is not None and r.backend in ("hf", "vllm"):
             r = r.replace(model=model, decoding=r.decoding.replace(precision="fp32"))
         if r.name == role:
-            r = r.replace(defer=DeferConfig(expert="oracle", cost=cost, token=token),
-                          goal=f"{r.goal} If you cannot do it, write only {token}: an expert "
-                               f"then answers for the team, which costs it {cost:g}.")
+            r = r.replace(
+                defer=DeferConfig(expert="oracle", cost=cost, token=token),
+                goal=f"{r.goal} If you cannot do it, write only {token}: an expert "
+                f"then answers for the team, which costs it {cost:g}.",
+            )
         roles.append(r)
-    train = cfg.train.replace(steps=steps, checkpoint_every=steps, max_minutes=None,
-                              precision="fp32" if model is not None else cfg.train.precision,
-                              ray=cfg.train.ray.replace(enabled=False))
+    train = cfg.train.replace(
+        steps=steps,
+        checkpoint_every=steps,
+        max_minutes=None,
+        precision="fp32" if model is not None else cfg.train.precision,
+        ray=cfg.train.ray.replace(enabled=False),
+    )
     return cfg.replace(roles=roles, train=train)
 
 
@@ -66,31 +73,42 @@ def main() -> None:
     ap.add_argument("--costs", type=float, nargs="+", default=COSTS)
     ap.add_argument("--token", default="DEFER")
     ap.add_argument("--tasks", type=int, default=200, help="held-out tasks per cost")
-    ap.add_argument("--model", default=None, help="replace every local role's model (and run "
-                                                  "in fp32), e.g. tiny-random")
+    ap.add_argument(
+        "--model",
+        default=None,
+        help="replace every local role's model (and run in fp32), e.g. tiny-random",
+    )
     ap.add_argument("--out", type=Path, default=None, help="keep the runs here")
     args = ap.parse_args()
     base = load_config(args.config)
     out = args.out or Path(tempfile.mkdtemp(prefix="deferral-"))
-    print(f"{base.name} on {base.game.name}: {args.role} defers to the oracle; {args.steps} "
-          f"steps per cost, {args.tasks} held-out tasks; runs in {out}")
-    print(f"{'cost':>5} | {'deferral rate (train)':>21} | {'held-out accuracy [95% CI]':>27} | "
-          f"{'expert calls/task':>17}")
+    print(
+        f"{base.name} on {base.game.name}: {args.role} defers to the oracle; {args.steps} "
+        f"steps per cost, {args.tasks} held-out tasks; runs in {out}"
+    )
+    print(
+        f"{'cost':>5} | {'deferral rate (train)':>21} | {'held-out accuracy [95% CI]':>27} | "
+        f"{'expert calls/task':>17}"
+    )
     for cost in args.costs:
         cfg = deferring(base, args.role, cost, args.token, args.steps, args.model)
         run = out / f"cost_{cost:g}"
         history = Trainer(cfg, run).fit()
-        tail = history[-max(1, len(history) // 5):]
+        tail = history[-max(1, len(history) // 5) :]
         rate = sum(h["deferral_rate"] for h in tail) / len(tail)
         trained, adapters, learned = trained_parts(run)
-        team = Team.from_config(trained.with_decoding(temperature=0.0), adapters=adapters,
-                                learnable=learned)
+        team = Team.from_config(
+            trained.with_decoding(temperature=0.0), adapters=adapters, learnable=learned
+        )
         tasks = held_out_tasks(cfg.game.name, cfg.game.kwargs, args.tasks)
-        results = [r for k in range(0, len(tasks), 16) for r in team.run_batch(tasks[k:k + 16])]
+        results = [r for k in range(0, len(tasks), 16) for r in team.run_batch(tasks[k : k + 16])]
         acc = Accuracy.of(results)
         calls = sum(r.expert is not None for r in results) / max(len(results), 1)
-        print(f"{cost:>5g} | {rate:>21.3f} | {acc.accuracy:>8.3f} [{acc.ci_low:.3f}, "
-              f"{acc.ci_high:.3f}]{'':>5} | {calls:>17.3f}", flush=True)
+        print(
+            f"{cost:>5g} | {rate:>21.3f} | {acc.accuracy:>8.3f} [{acc.ci_low:.3f}, "
+            f"{acc.ci_high:.3f}]{'':>5} | {calls:>17.3f}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

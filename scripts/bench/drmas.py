@@ -37,15 +37,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from configs import TeamConfig, load_config, load_config_text  # noqa: E402
-from marl.trainer import Trainer  # noqa: E402
-from orchestrator.credit import (  # noqa: E402
+from marl.config import TeamConfig, load_config, load_config_text  # noqa: E402
+from marl.orchestrator.credit import (  # noqa: E402
     Trained,
     ablations,
     accuracy_on,
     build_variant,
     held_out_tasks,
 )
+from marl.train.trainer import Trainer  # noqa: E402
 
 TEAM = """\
 schema: marl-teams/v1
@@ -75,21 +75,32 @@ train:
 """
 
 
-def tiny_config(model: str, game: str, estimator: str, seed: int, steps: int,
-                lr: float) -> TeamConfig:
-    return load_config_text(TEAM.format(model=model, game=game, estimator=estimator,
-                                        seed=seed, steps=steps, lr=lr))
+def tiny_config(
+    model: str, game: str, estimator: str, seed: int, steps: int, lr: float
+) -> TeamConfig:
+    return load_config_text(
+        TEAM.format(model=model, game=game, estimator=estimator, seed=seed, steps=steps, lr=lr)
+    )
 
 
-def team_config(path: str, estimator: str, seed: int, steps: int,
-                scales: dict[str, float], reward: str | None) -> TeamConfig:
+def team_config(
+    path: str, estimator: str, seed: int, steps: int, scales: dict[str, float], reward: str | None
+) -> TeamConfig:
     """The team's recipe with this estimator, seed, reward scales (and reward), ``steps``
     steps, in this process."""
     cfg = load_config(path)
     assert cfg.train is not None, f"{path} has no train section"
-    return cfg.replace(train=cfg.train.replace(
-        advantage=estimator, reward=reward or cfg.train.reward, reward_scales=scales,
-        seed=seed, steps=steps, max_minutes=None, ray=cfg.train.ray.replace(enabled=False)))
+    return cfg.replace(
+        train=cfg.train.replace(
+            advantage=estimator,
+            reward=reward or cfg.train.reward,
+            reward_scales=scales,
+            seed=seed,
+            steps=steps,
+            max_minutes=None,
+            ray=cfg.train.ray.replace(enabled=False),
+        )
+    )
 
 
 def run(cfg: TeamConfig, folder: Path, eval_tasks: int) -> dict:
@@ -100,17 +111,25 @@ def run(cfg: TeamConfig, folder: Path, eval_tasks: int) -> dict:
         for lr_stats in h["learner"].values():
             for k, v in lr_stats["agent_grad_norms"].items():
                 per_agent.setdefault(k, []).append(v)
-    tail = hist[-max(1, len(hist) // 4):]
-    team = statistics.mean(h["topology"]["score"] if h.get("topology") else  # a team task's
-                           statistics.mean(a["reward"] for a in h["agents"].values())
-                           for h in tail)
+    tail = hist[-max(1, len(hist) // 4) :]
+    team = statistics.mean(
+        h["topology"]["score"]
+        if h.get("topology")
+        # a team task's
+        else statistics.mean(a["reward"] for a in h["agents"].values())
+        for h in tail
+    )
 
     def spike(xs: list[float]) -> float:
         xs = [x for x in xs if x > 0]
         return max(xs) / statistics.median(xs) if xs else float("nan")
 
-    out = {"spike": spike(norms), "agent_spikes": {k: spike(v) for k, v in per_agent.items()},
-           "team_reward": team, "accuracy": None}
+    out = {
+        "spike": spike(norms),
+        "agent_spikes": {k: spike(v) for k, v in per_agent.items()},
+        "team_reward": team,
+        "accuracy": None,
+    }
     if eval_tasks:
         trained = Trained.load(folder)
         cfg = trained.cfg.with_decoding(temperature=0.0)
@@ -124,10 +143,18 @@ def main() -> None:
     ap.add_argument("--model", default="tiny-random")
     ap.add_argument("--game", default="tiny_hanabi")
     ap.add_argument("--team", help="a team recipe on a team task")
-    ap.add_argument("--scale", action="append", default=[], metavar="AGENT=X",
-                    help="--team: multiply AGENT's reward by X (repeatable)")
-    ap.add_argument("--reward", choices=["team", "individual"],
-                    help="--team: override the recipe's train.reward")
+    ap.add_argument(
+        "--scale",
+        action="append",
+        default=[],
+        metavar="AGENT=X",
+        help="--team: multiply AGENT's reward by X (repeatable)",
+    )
+    ap.add_argument(
+        "--reward",
+        choices=["team", "individual"],
+        help="--team: override the recipe's train.reward",
+    )
     ap.add_argument("--out", help="keep the runs in OUT/ESTIMATOR-sSEED (default: temporary)")
     ap.add_argument("--eval-tasks", type=int, default=60, help="--team: held-out tasks")
     ap.add_argument("--steps", type=int, default=40)
@@ -139,25 +166,39 @@ def main() -> None:
     results: dict[str, list[dict]] = {"global": [], "agent_wise": []}
     for estimator in results:
         for seed in args.seeds:
-            cfg = (team_config(args.team, estimator, seed, args.steps, scales, args.reward)
-                   if args.team else
-                   tiny_config(args.model, args.game, estimator, seed, args.steps, args.lr))
+            cfg = (
+                team_config(args.team, estimator, seed, args.steps, scales, args.reward)
+                if args.team
+                else tiny_config(args.model, args.game, estimator, seed, args.steps, args.lr)
+            )
             kept = Path(args.out) / f"{estimator}-s{seed}" if args.out else None
-            with (nullcontext(kept) if kept else tempfile.TemporaryDirectory()) as folder, \
-                    console.status(f"{estimator} seed {seed}"):
-                results[estimator].append(run(cfg, Path(folder),
-                                              args.eval_tasks if args.team else 0))
-    what = (f"{args.team}, reward x {scales or 1}" if args.team else
-            f"{args.game} ({args.model}), player_1 reward x0.1")
+            with (
+                nullcontext(kept) if kept else tempfile.TemporaryDirectory() as folder,
+                console.status(f"{estimator} seed {seed}"),
+            ):
+                results[estimator].append(
+                    run(cfg, Path(folder), args.eval_tasks if args.team else 0)
+                )
+    what = (
+        f"{args.team}, reward x {scales or 1}"
+        if args.team
+        else f"{args.game} ({args.model}), player_1 reward x0.1"
+    )
     table = Table(title=f"Dr. MAS on {what}, {args.steps} steps")
-    cols = ["estimator", "seed", "spike max/median", "per-agent spikes",
-            "team score" if args.team else "team reward"]
+    cols = [
+        "estimator",
+        "seed",
+        "spike max/median",
+        "per-agent spikes",
+        "team score" if args.team else "team reward",
+    ]
     for col in cols + (["held-out accuracy [95% CI]"] if args.team else []):
         table.add_column(col)
     for estimator, runs in results.items():
         for seed, r in zip(args.seeds, runs, strict=True):
-            agents = ", ".join(f"{k.split('/')[-1]} {v:.1f}" for k, v in
-                               sorted(r["agent_spikes"].items()))
+            agents = ", ".join(
+                f"{k.split('/')[-1]} {v:.1f}" for k, v in sorted(r["agent_spikes"].items())
+            )
             row = [estimator, str(seed), f"{r['spike']:.2f}", agents, f"{r['team_reward']:.2f}"]
             acc = r["accuracy"]
             if acc is not None:
@@ -169,8 +210,10 @@ def main() -> None:
         return statistics.mean(r[key] for r in runs)
 
     g, a = results["global"], results["agent_wise"]
-    console.print(f"agent_wise / global: spike ratio {avg(a, 'spike') / avg(g, 'spike'):.2f}x; "
-                  f"reward {avg(a, 'team_reward'):.2f} vs {avg(g, 'team_reward'):.2f}")
+    console.print(
+        f"agent_wise / global: spike ratio {avg(a, 'spike') / avg(g, 'spike'):.2f}x; "
+        f"reward {avg(a, 'team_reward'):.2f} vs {avg(g, 'team_reward'):.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -74,8 +74,9 @@ def memory() -> dict[str, float]:
             out[line.split(":")[0]] = int(line.split()[1]) / 2**20
     try:
         with open("/proc/self/smaps_rollup") as f:
-            out.update(("Pss", int(line.split()[1]) / 2**20) for line in f
-                       if line.startswith("Pss:"))
+            out.update(
+                ("Pss", int(line.split()[1]) / 2**20) for line in f if line.startswith("Pss:")
+            )
     except OSError:
         pass
     return out
@@ -83,16 +84,17 @@ def memory() -> dict[str, float]:
 
 def roster(model: str, backend: str, precision: str, new_tokens: int, options: dict):
     """The tic-tac-toe team's role on ``backend``, built as a config would build it."""
-    from agents.builder import build_roster
-    from configs import load_config
+    from marl.agents.builder import build_roster
+    from marl.config import load_config
 
     cfg = load_config(CONFIG)
     role = cfg.roles[0]
-    dec = role.decoding.replace(mode="free", max_new_tokens=new_tokens, temperature=1.0,
-                                precision=precision)
+    dec = role.decoding.replace(
+        mode="free", max_new_tokens=new_tokens, temperature=1.0, precision=precision
+    )
     cfg = cfg.replace(roles=[role.replace(model=model, backend=backend, decoding=dec)])
     if options:  # engine options the schema does not expose (benchmark variants only)
-        from agents import vllm_backend
+        from marl.agents import vllm_backend
 
         real = vllm_backend.VLLMEngine
 
@@ -107,7 +109,7 @@ def positions(n: int, seed: int = 0):
     """``n`` tic-tac-toe positions after 0-4 random moves, with the agent to move."""
     import random
 
-    import games
+    from marl import games
 
     rng = random.Random(seed)
     out = []
@@ -124,8 +126,9 @@ def positions(n: int, seed: int = 0):
 def run_engine(args: argparse.Namespace) -> dict:
     """One engine's figures (the child process's work)."""
     t0 = time.perf_counter()
-    team = roster(args.model, args.backend, args.precision, args.new_tokens,
-                  json.loads(args.options))
+    team = roster(
+        args.model, args.backend, args.precision, args.new_tokens, json.loads(args.options)
+    )
     start = time.perf_counter() - t0
     agent = team.agents[0]
     requests = [agent.request(env, a) for env, a in positions(args.batch)]
@@ -135,8 +138,13 @@ def run_engine(args: argparse.Namespace) -> dict:
         t = time.perf_counter()
         out = agent.policy.act(requests)
         rates.append(sum(len(r.completion_ids) for r in out) / (time.perf_counter() - t))
-    result = {"tok_s": statistics.median(rates), "rounds": rates, "start_s": start,
-              "prompt_tokens": statistics.mean(len(r.prompt_ids) for r in out), **memory()}
+    result = {
+        "tok_s": statistics.median(rates),
+        "rounds": rates,
+        "start_s": start,
+        "prompt_tokens": statistics.mean(len(r.prompt_ids) for r in out),
+        **memory(),
+    }
     if args.games:
         result.update(engine_play(team, args.games))
     return result
@@ -149,14 +157,17 @@ def update_adapter(policy, seed: int) -> None:
 
     gen = torch.Generator().manual_seed(seed)
     weights = policy.host.adapter_weights(policy.adapter)
-    policy.host.set_adapter_weights(policy.adapter, {
-        k: v + torch.randn(v.shape, generator=gen) * 1e-3 for k, v in weights.items()})
+    policy.host.set_adapter_weights(
+        policy.adapter,
+        {k: v + torch.randn(v.shape, generator=gen) * 1e-3 for k, v in weights.items()},
+    )
 
 
 def run_sync(args: argparse.Namespace) -> dict:
     """One engine's weight-sync figures (the child process's work)."""
-    team = roster(args.model, args.backend, args.precision, args.new_tokens,
-                  json.loads(args.options))
+    team = roster(
+        args.model, args.backend, args.precision, args.new_tokens, json.loads(args.options)
+    )
     policy = team.agents[0].policy
     requests = [team.agents[0].request(env, a) for env, a in positions(args.batch)]
     policy.act(requests)  # warm-up
@@ -175,20 +186,26 @@ def run_sync(args: argparse.Namespace) -> dict:
         sync.append(t1 - t)
         first.append(tokens / (t2 - t))
         steady.append(sum(len(r.completion_ids) for r in again) / (t3 - t2))
-    return {"sync_s": statistics.median(sync), "first_tok_s": statistics.median(first),
-            "tok_s": statistics.median(steady), "rounds": {"sync": sync, "first": first,
-                                                           "steady": steady}, **memory()}
+    return {
+        "sync_s": statistics.median(sync),
+        "first_tok_s": statistics.median(first),
+        "tok_s": statistics.median(steady),
+        "rounds": {"sync": sync, "first": first, "steady": steady},
+        **memory(),
+    }
 
 
 def engine_play(team, games_n: int) -> dict:
     """The rollout engine on self-play games: 32 in flight vs one at a time."""
-    import games
-    from agents.rollout import RolloutEngine
+    from marl import games
+    from marl.agents.rollout import RolloutEngine
 
     seats = {"player_0": team.agents[0], "player_1": team.agents[1]}
     out = {}
-    for label, concurrency, n in (("batched", 32, games_n), ("sequential", 1,
-                                                              max(2, games_n // 8))):
+    for label, concurrency, n in (
+        ("batched", 32, games_n),
+        ("sequential", 1, max(2, games_n // 8)),
+    ):
         engine = RolloutEngine(lambda: games.make("tic_tac_toe"), lambda i: seats, concurrency)
         t = time.perf_counter()
         eps = engine.play(n, seed=1000)
@@ -199,13 +216,31 @@ def engine_play(team, games_n: int) -> dict:
     return out
 
 
-def child(label: str, backend: str, precision: str, options: dict, args: argparse.Namespace,
-          games_n: int) -> dict:
-    cmd = [sys.executable, __file__, "--child", "--model", args.model, "--backend", backend,
-           *(["--weight-sync"] if args.weight_sync else []),
-           "--precision", precision, "--options", json.dumps(options), "--batch",
-           str(args.batch), "--new-tokens", str(args.new_tokens), "--rounds", str(args.rounds),
-           "--games", str(games_n)]
+def child(
+    label: str, backend: str, precision: str, options: dict, args: argparse.Namespace, games_n: int
+) -> dict:
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        "--model",
+        args.model,
+        "--backend",
+        backend,
+        *(["--weight-sync"] if args.weight_sync else []),
+        "--precision",
+        precision,
+        "--options",
+        json.dumps(options),
+        "--batch",
+        str(args.batch),
+        "--new-tokens",
+        str(args.new_tokens),
+        "--rounds",
+        str(args.rounds),
+        "--games",
+        str(games_n),
+    ]
     env = {**os.environ, "VLLM_CACHE_ROOT": str(Path(args.cache) / "vllm")}
     t = time.perf_counter()
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env)
@@ -226,8 +261,11 @@ def main() -> None:
     p.add_argument("--games", type=int, default=64, help="rollout-engine games (0: skip)")
     p.add_argument("--only", default="", help="comma-separated engine numbers (1-based)")
     p.add_argument("--cache", default=str(REPO / "runs" / "bench-cache"))
-    p.add_argument("--weight-sync", action="store_true",
-                   help="compare weight sync (merge vs LoRARequest) instead of engines")
+    p.add_argument(
+        "--weight-sync",
+        action="store_true",
+        help="compare weight sync (merge vs LoRARequest) instead of engines",
+    )
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--backend", default="hf", help=argparse.SUPPRESS)
     p.add_argument("--precision", default="fp32", help=argparse.SUPPRESS)
@@ -253,10 +291,15 @@ def main() -> None:
     table = result_table(
         f"{args.model}: {args.batch} prompts, {args.new_tokens} new tokens",
         ("engine", "tokens/s", "vs transformers fp32", "start-up s", "RSS GiB", "PSS GiB"),
-        results, lambda r: [f"{r['tok_s']:.1f}",
-                            f"{r['tok_s'] / base['tok_s']:.2f}x" if base else "",
-                            f"{r['start_s']:.1f}", f"{r.get('VmRSS', 0):.2f}",
-                            f"{r.get('Pss', 0):.2f}"])
+        results,
+        lambda r: [
+            f"{r['tok_s']:.1f}",
+            f"{r['tok_s'] / base['tok_s']:.2f}x" if base else "",
+            f"{r['start_s']:.1f}",
+            f"{r.get('VmRSS', 0):.2f}",
+            f"{r.get('Pss', 0):.2f}",
+        ],
+    )
     console = Console()
     console.print(table)
     if args.games and ok:
@@ -271,8 +314,12 @@ def main() -> None:
             if "error" in r:
                 table.add_row(label, "failed: " + r["error"][:60], "", "")
                 continue
-            table.add_row(label, f"{r['batched_tok_s']:.1f}", f"{r['sequential_tok_s']:.1f}",
-                          f"{r['batched_tok_s'] / r['sequential_tok_s']:.2f}x")
+            table.add_row(
+                label,
+                f"{r['batched_tok_s']:.1f}",
+                f"{r['sequential_tok_s']:.1f}",
+                f"{r['batched_tok_s'] / r['sequential_tok_s']:.2f}x",
+            )
         console.print(table)
     print(f"load average at end: {os.getloadavg()}")
     out = Path(args.cache) / "engines.json"
@@ -280,8 +327,12 @@ def main() -> None:
     out.write_text(json.dumps(results, indent=1))
 
 
-def result_table(title: str, columns: tuple[str, ...], results: dict[str, dict],
-                 cells: Callable[[dict], list[str]]):
+def result_table(
+    title: str,
+    columns: tuple[str, ...],
+    results: dict[str, dict],
+    cells: Callable[[dict], list[str]],
+):
     """A rich table, one row per engine: ``cells(result)`` where it ran, its error where not."""
     from rich.table import Table
 
@@ -300,21 +351,35 @@ def weight_sync(args: argparse.Namespace) -> None:
     """The :data:`SYNCS` table: seconds per sync and tokens/s after it, against transformers."""
     from rich.console import Console
 
-    from agents.precision import resolve
+    from marl.agents.precision import resolve
 
     precision = resolve("auto")
     print(f"load average at start: {os.getloadavg()}; precision {precision}", flush=True)
-    results = {label: child(label, backend, precision, options, args, 0)
-               for label, backend, options in SYNCS}
+    results = {
+        label: child(label, backend, precision, options, args, 0)
+        for label, backend, options in SYNCS
+    }
     base = results[SYNCS[0][0]]
     table = result_table(
         f"{args.model} with a LoRA adapter ({precision}): {args.batch} prompts, "
         f"{args.new_tokens} new tokens, an update before each round",
-        ("engine", "sync s", "first batch tok/s", "steady tok/s", "steady vs transformers",
-         "RSS GiB"),
-        results, lambda r: [f"{r['sync_s']:.2f}", f"{r['first_tok_s']:.1f}", f"{r['tok_s']:.1f}",
-                            f"{r['tok_s'] / base['tok_s']:.2f}x" if "error" not in base else "",
-                            f"{r.get('VmRSS', 0):.2f}"])
+        (
+            "engine",
+            "sync s",
+            "first batch tok/s",
+            "steady tok/s",
+            "steady vs transformers",
+            "RSS GiB",
+        ),
+        results,
+        lambda r: [
+            f"{r['sync_s']:.2f}",
+            f"{r['first_tok_s']:.1f}",
+            f"{r['tok_s']:.1f}",
+            f"{r['tok_s'] / base['tok_s']:.2f}x" if "error" not in base else "",
+            f"{r.get('VmRSS', 0):.2f}",
+        ],
+    )
     Console(width=120).print(table)
     print(f"load average at end: {os.getloadavg()}")
     out = Path(args.cache) / "weight_sync.json"

@@ -21,7 +21,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import games  # noqa: E402
+from marl import games  # noqa: E402
 
 Row = tuple[str, str]  # (measurement, value with unit)
 BENCHMARKS: list[tuple[str, Callable[[argparse.Namespace], list[Row]]]] = []
@@ -45,8 +45,11 @@ def random_play_rate(env, seconds: float, seed: int = 0) -> float:
     while True:
         for _agent in env.agent_iter():
             obs, _, terminated, truncated, _ = env.last()
-            action = (None if terminated or truncated
-                      else int(rng.choice(np.flatnonzero(obs["action_mask"]))))
+            action = (
+                None
+                if terminated or truncated
+                else int(rng.choice(np.flatnonzero(obs["action_mask"])))
+            )
             env.step(action)
             steps += 1
         if perf_counter() - start >= seconds:
@@ -68,13 +71,18 @@ def interleaved_rates(envs: dict[str, object], args: argparse.Namespace) -> dict
 def tictactoe_vs_pettingzoo(args: argparse.Namespace) -> list[Row]:
     from pettingzoo.classic import tictactoe_v3  # needs pygame (the dev extra)
 
-    rates = interleaved_rates({"ours": games.make("tic_tac_toe"),
-                               "pettingzoo": tictactoe_v3.env()}, args)
+    rates = interleaved_rates(
+        {"ours": games.make("tic_tac_toe"), "pettingzoo": tictactoe_v3.env()}, args
+    )
     return [
-        ("marl-teams `tic_tac_toe` (observation includes the text)",
-         f"{rates['ours']:,.0f} steps/s"),
-        ("PettingZoo `tictactoe_v3` (wrapped, as `env()` returns it)",
-         f"{rates['pettingzoo']:,.0f} steps/s"),
+        (
+            "marl-teams `tic_tac_toe` (observation includes the text)",
+            f"{rates['ours']:,.0f} steps/s",
+        ),
+        (
+            "PettingZoo `tictactoe_v3` (wrapped, as `env()` returns it)",
+            f"{rates['pettingzoo']:,.0f} steps/s",
+        ),
         ("ratio ours / PettingZoo (goal >= 1.0)", f"{rates['ours'] / rates['pettingzoo']:.2f}"),
     ]
 
@@ -85,12 +93,13 @@ def random_play_all_games(args: argparse.Namespace) -> list[Row]:
     return [(f"`{name}` random play", f"{rate:,.0f} steps/s") for name, rate in rates.items()]
 
 
-def exact_exploitability_rows(game: str, goal_s: float, cfr_iterations: int,
-                              args: argparse.Namespace) -> list[Row]:
+def exact_exploitability_rows(
+    game: str, goal_s: float, cfr_iterations: int, args: argparse.Namespace
+) -> list[Row]:
     """Exact exploitability of a table policy: first call in the process (builds and caches
     the game tree) and warm calls (median of ``repeats``), each as a ratio to the goal; then
     a CFR+ solve from scratch and the exploitability it reaches."""
-    from games import analysis, cfr
+    from marl.games import analysis, cfr
 
     analysis.game_tree.cache_clear()
     start = perf_counter()
@@ -107,12 +116,19 @@ def exact_exploitability_rows(game: str, goal_s: float, cfr_iterations: int,
     nash = cfr.solve(game, cfr_iterations, use_cache=False)
     solve_s = perf_counter() - start
     return [
-        (f"`{game}` exact exploitability, first call (tree build included; goal < "
-         f"{goal_s * 1e3:g} ms)", f"{cold * 1e3:.1f} ms = {cold / goal_s:.3f} x goal"),
-        (f"`{game}` exact exploitability, warm (goal < {goal_s * 1e3:g} ms)",
-         f"{warm_s * 1e3:.2f} ms = {warm_s / goal_s:.4f} x goal"),
-        (f"`{game}` CFR+ solve, {cfr_iterations} iterations (no cache)",
-         f"{solve_s:.2f} s, exploitability {analysis.exploitability(game, nash):.1e}"),
+        (
+            f"`{game}` exact exploitability, first call (tree build included; goal < "
+            f"{goal_s * 1e3:g} ms)",
+            f"{cold * 1e3:.1f} ms = {cold / goal_s:.3f} x goal",
+        ),
+        (
+            f"`{game}` exact exploitability, warm (goal < {goal_s * 1e3:g} ms)",
+            f"{warm_s * 1e3:.2f} ms = {warm_s / goal_s:.4f} x goal",
+        ),
+        (
+            f"`{game}` CFR+ solve, {cfr_iterations} iterations (no cache)",
+            f"{solve_s:.2f} s, exploitability {analysis.exploitability(game, nash):.1e}",
+        ),
     ]
 
 
@@ -130,13 +146,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=1.0, help="per measurement")
     parser.add_argument("--repeats", type=int, default=5, help="median over this many")
-    parser.add_argument("--only", nargs="*", choices=[n for n, _ in BENCHMARKS],
-                        help="run only these benchmarks")
+    parser.add_argument(
+        "--only", nargs="*", choices=[n for n, _ in BENCHMARKS], help="run only these benchmarks"
+    )
     args = parser.parse_args()
-    print(f"Machine: {os.cpu_count()}-core CPU ({platform.machine()}), no GPU, Python "
-          f"{platform.python_version()}, load average at start {os.getloadavg()[0]:.2f}.")
-    print(f"Command: `.venv/bin/python scripts/bench/games.py --seconds {args.seconds} "
-          f"--repeats {args.repeats}` (medians; engines alternate within each repeat).\n")
+    print(
+        f"Machine: {os.cpu_count()}-core CPU ({platform.machine()}), no GPU, Python "
+        f"{platform.python_version()}, load average at start {os.getloadavg()[0]:.2f}."
+    )
+    print(
+        f"Command: `.venv/bin/python scripts/bench/games.py --seconds {args.seconds} "
+        f"--repeats {args.repeats}` (medians; engines alternate within each repeat).\n"
+    )
     print("| measurement | value |\n|---|---|")
     for name, fn in BENCHMARKS:
         if args.only and name not in args.only:

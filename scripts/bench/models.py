@@ -27,7 +27,7 @@ _LOAD = """
 import json, time
 t0 = time.perf_counter()
 import torch, transformers  # noqa: F401
-from agents.models import generate, load_model
+from marl.agents.models import generate, load_model
 t1 = time.perf_counter()
 model, tok = load_model("smollm2-135m-instruct")
 t2 = time.perf_counter()
@@ -41,7 +41,7 @@ _TINY = """
 import json, time
 t0 = time.perf_counter()
 import torch, transformers  # noqa: F401
-from agents.models import build_tiny_random, generate
+from marl.agents.models import build_tiny_random, generate
 t1 = time.perf_counter()
 model, tok = build_tiny_random(seed=0)
 answer = generate(model, tok, "Hello!", max_new_tokens=32, temperature=1.0, seed=0)
@@ -56,8 +56,9 @@ print(json.dumps({{"import_s": t1 - t0, "first_build_generate_s": t2 - t1,
 
 
 def _run_json(code: str, env: dict[str, str]) -> dict:
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, check=True,
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=env, check=True, capture_output=True, text=True
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -67,8 +68,13 @@ def main() -> None:
     args = parser.parse_args()
 
     home = Path(tempfile.mkdtemp(prefix="marl-bench-"))
-    env = {**os.environ, "MARL_HOME": str(home), "OMP_WAIT_POLICY": "PASSIVE",
-           "TQDM_DISABLE": "1", "TRANSFORMERS_VERBOSITY": "error"}
+    env = {
+        **os.environ,
+        "MARL_HOME": str(home),
+        "OMP_WAIT_POLICY": "PASSIVE",
+        "TQDM_DISABLE": "1",
+        "TRANSFORMERS_VERBOSITY": "error",
+    }
     try:
         load_avg = os.getloadavg()
         first = _run_json(_LOAD.format(question=QUESTION), env)
@@ -77,8 +83,9 @@ def main() -> None:
         chat_times, chat_answer = [], ""
         for _ in range(args.repeats):
             t = time.perf_counter()
-            proc = subprocess.run(chat_cmd, cwd=REPO, env=env, check=True, capture_output=True,
-                                  text=True)
+            proc = subprocess.run(
+                chat_cmd, cwd=REPO, env=env, check=True, capture_output=True, text=True
+            )
             chat_times.append(time.perf_counter() - t)
             chat_answer = proc.stdout.strip()
         tiny = [_run_json(_TINY.format(), env) for _ in range(args.repeats)]
@@ -88,29 +95,45 @@ def main() -> None:
 
     med = statistics.median
     print("## Model loading\n")
-    print(f"Machine: {os.cpu_count()}-core CPU ({platform.machine()}), Python "
-          f"{platform.python_version()}, load average at start "
-          f"{load_avg[0]:.2f} (other jobs share the cores). OMP_WAIT_POLICY=PASSIVE.")
-    print("Command: `.venv/bin/python scripts/bench/models.py` "
-          f"(fresh interpreter per measurement, medians of {args.repeats}).\n")
+    print(
+        f"Machine: {os.cpu_count()}-core CPU ({platform.machine()}), Python "
+        f"{platform.python_version()}, load average at start "
+        f"{load_avg[0]:.2f} (other jobs share the cores). OMP_WAIT_POLICY=PASSIVE."
+    )
+    print(
+        "Command: `.venv/bin/python scripts/bench/models.py` "
+        f"(fresh interpreter per measurement, medians of {args.repeats}).\n"
+    )
     print("| measurement | seconds |")
     print("|---|---|")
-    print(f"| smollm2-135m-instruct first call: GGUF -> safetensors conversion + verification "
-          f"(`load_model`, after imports) | {first['load_s']:.1f} |")
-    print(f"| smollm2-135m-instruct cached load (`load_model`, after imports) | "
-          f"{med(c['load_s'] for c in cached):.2f} |")
-    print(f"| `import torch, transformers, agents.models` | "
-          f"{med(c['import_s'] for c in cached):.2f} |")
-    print(f"| greedy answer to the 2+3 question (cached model, in-process) | "
-          f"{med(c['generate_s'] for c in cached):.2f} |")
-    print(f"| `marl chat \"{QUESTION}\"` wall clock, cached | {med(chat_times):.1f} |")
-    print(f"| tiny-random build + 32 sampled tokens, first in process (after imports) | "
-          f"{med(t['first_build_generate_s'] for t in tiny):.2f} |")
+    print(
+        f"| smollm2-135m-instruct first call: GGUF -> safetensors conversion + verification "
+        f"(`load_model`, after imports) | {first['load_s']:.1f} |"
+    )
+    print(
+        f"| smollm2-135m-instruct cached load (`load_model`, after imports) | "
+        f"{med(c['load_s'] for c in cached):.2f} |"
+    )
+    print(
+        f"| `import torch, transformers, agents.models` | "
+        f"{med(c['import_s'] for c in cached):.2f} |"
+    )
+    print(
+        f"| greedy answer to the 2+3 question (cached model, in-process) | "
+        f"{med(c['generate_s'] for c in cached):.2f} |"
+    )
+    print(f'| `marl chat "{QUESTION}"` wall clock, cached | {med(chat_times):.1f} |')
+    print(
+        f"| tiny-random build + 32 sampled tokens, first in process (after imports) | "
+        f"{med(t['first_build_generate_s'] for t in tiny):.2f} |"
+    )
     print(f"| tiny-random build, warm | {med(t['build_s'] for t in tiny):.3f} |")
     print(f"| tiny-random 32 sampled tokens, warm | {med(t['generate32_s'] for t in tiny):.3f} |")
     print(f"\nCache size: {size_mb:.0f} MB (float32 safetensors + tokenizer).")
-    print(f"\n`marl chat \"{QUESTION}\"` answers: `{chat_answer}` "
-          f"(first in-process answer: `{first['answer']}`).")
+    print(
+        f'\n`marl chat "{QUESTION}"` answers: `{chat_answer}` '
+        f"(first in-process answer: `{first['answer']}`)."
+    )
 
 
 if __name__ == "__main__":

@@ -35,13 +35,15 @@ from pathlib import Path  # noqa: E402
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-RULES = ("Kuhn poker is played with three cards: Jack, Queen and King. Each player antes one "
-         "chip and is dealt one card. The first player may check or bet one chip. After a "
-         "check the second player may check (the higher card wins the pot) or bet; after a "
-         "bet the other player may call (showdown) or fold (the bettor wins the pot). Answer "
-         "with exactly one legal action in square brackets, for example [check] or [bet], "
-         "and nothing else. Think about what your card tells you about the other player's "
-         "card and about what a bet or a check says about your hand.")
+RULES = (
+    "Kuhn poker is played with three cards: Jack, Queen and King. Each player antes one "
+    "chip and is dealt one card. The first player may check or bet one chip. After a "
+    "check the second player may check (the higher card wins the pot) or bet; after a "
+    "bet the other player may call (showdown) or fold (the bettor wins the pot). Answer "
+    "with exactly one legal action in square brackets, for example [check] or [bet], "
+    "and nothing else. Think about what your card tells you about the other player's "
+    "card and about what a bet or a check says about your hand."
+)
 CARDS, MOVES = ("Jack", "Queen", "King"), ("check", "bet", "call", "fold")
 
 
@@ -51,17 +53,26 @@ def prompts(host, n: int, seed: int) -> list[list[int]]:
     out = []
     for i in range(n):
         history = ", ".join(rng.choice(MOVES) for _ in range(rng.randrange(1, 4)))
-        state = (f"Game {i}. You hold the {rng.choice(CARDS)}. Your chips: {rng.randrange(1, 9)}."
-                 f" The moves so far: {history}. The pot holds {rng.randrange(2, 6)} chips. "
-                 f"Legal actions: [{rng.choice(MOVES)}] [{rng.choice(MOVES)}].")
-        out.append(host.prompt_ids([{"role": "system", "content": "You are player_0. " + RULES},
-                                    {"role": "user", "content": state}])[0])
+        state = (
+            f"Game {i}. You hold the {rng.choice(CARDS)}. Your chips: {rng.randrange(1, 9)}."
+            f" The moves so far: {history}. The pot holds {rng.randrange(2, 6)} chips. "
+            f"Legal actions: [{rng.choice(MOVES)}] [{rng.choice(MOVES)}]."
+        )
+        out.append(
+            host.prompt_ids(
+                [
+                    {"role": "system", "content": "You are player_0. " + RULES},
+                    {"role": "user", "content": state},
+                ]
+            )[0]
+        )
     return out
 
 
-def generation(host, batch: list[list[int]], precision: str, share: bool, max_new: int,
-               seed: int) -> tuple[int, float]:
-    from agents.precision import autocast
+def generation(
+    host, batch: list[list[int]], precision: str, share: bool, max_new: int, seed: int
+) -> tuple[int, float]:
+    from marl.agents.precision import autocast
 
     with host.use("player"), autocast(precision, host.device):
         t0 = time.perf_counter()
@@ -70,8 +81,9 @@ def generation(host, batch: list[list[int]], precision: str, share: bool, max_ne
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--smollm2", action="store_true", help="SmolLM2-135M-Instruct")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--max-new-tokens", type=int, default=32)
@@ -81,18 +93,20 @@ def main() -> None:
     warnings.filterwarnings("ignore")
     import torch
 
-    from agents.hf import ModelHost, _common_prefix
-    from agents.models import load_model
-    from marl.learner import Learner, TrainItem
+    from marl.agents.hf import ModelHost, _common_prefix
+    from marl.agents.models import load_model
+    from marl.train.learner import Learner, TrainItem
 
     model = "smollm2-135m-instruct" if args.smollm2 else "tiny-random"
     host = ModelHost(*load_model(model))
     host.add_adapter("player", seed=0)
     batch = prompts(host, args.batch, seed=0)
     lens = [len(p) for p in batch]
-    print(f"model {model}, threads {torch.get_num_threads()}, load average "
-          f"{os.getloadavg()}; {len(batch)} prompts of {min(lens)}-{max(lens)} tokens, "
-          f"shared head {_common_prefix(batch)}")
+    print(
+        f"model {model}, threads {torch.get_num_threads()}, load average "
+        f"{os.getloadavg()}; {len(batch)} prompts of {min(lens)}-{max(lens)} tokens, "
+        f"shared head {_common_prefix(batch)}"
+    )
 
     gen: dict[tuple[str, bool], list[float]] = defaultdict(lambda: [0, 0.0])
     configs = [(p, s) for p in ("fp32", "bf16") for s in (False, True)]
@@ -106,15 +120,25 @@ def main() -> None:
     print("free generation (tokens/s, ratio to fp32 without sharing):")
     for (prec, share), (tokens, seconds) in gen.items():
         rate = tokens / seconds
-        print(f"  {prec} {'shared head' if share else 'plain      '}  {rate:8.1f}  "
-              f"{rate / base:5.2f}x  ({tokens} tokens, {seconds:.1f} s)")
+        print(
+            f"  {prec} {'shared head' if share else 'plain      '}  {rate:8.1f}  "
+            f"{rate / base:5.2f}x  ({tokens} tokens, {seconds:.1f} s)"
+        )
 
     with host.use("player"), torch.no_grad():
         train = batch[: args.train_batch]
         comps, logps = host.generate(train, args.max_new_tokens, 1.0, 1.0, 0)
-    items = [TrainItem(adapter="player", agent="seat0", prompt_ids=p, completion_ids=c,
-                       old_logprobs=lp, advantage=(-1.0) ** i)
-             for i, (p, c, lp) in enumerate(zip(train, comps, logps, strict=True))]
+    items = [
+        TrainItem(
+            adapter="player",
+            agent="seat0",
+            prompt_ids=p,
+            completion_ids=c,
+            old_logprobs=lp,
+            advantage=(-1.0) ** i,
+        )
+        for i, (p, c, lp) in enumerate(zip(train, comps, logps, strict=True))
+    ]
     learners = {p: Learner(host, ["player"], lr=1e-6, precision=p) for p in ("fp32", "bf16")}
     upd: dict[str, float] = defaultdict(float)
     learners["fp32"].update(items[:1])  # warm-up
@@ -124,11 +148,14 @@ def main() -> None:
             learners[prec].update(items)
             upd[prec] += time.perf_counter() - t0
     tokens = sum(len(p) + len(c) for p, c in zip(train, comps, strict=True)) * args.rounds
-    print(f"update, forward + backward + AdamW on {len(items)} sequences "
-          "(tokens/s, ratio to fp32):")
+    print(
+        f"update, forward + backward + AdamW on {len(items)} sequences (tokens/s, ratio to fp32):"
+    )
     for prec, seconds in upd.items():
-        print(f"  {prec}  {tokens / seconds:8.1f}  {upd['fp32'] / seconds:5.2f}x  "
-              f"({seconds / args.rounds:.2f} s per update)")
+        print(
+            f"  {prec}  {tokens / seconds:8.1f}  {upd['fp32'] / seconds:5.2f}x  "
+            f"({seconds / args.rounds:.2f} s per update)"
+        )
     print(f"load average at the end {os.getloadavg()}")
 
 

@@ -47,8 +47,8 @@ import json, os, sys, warnings
 warnings.filterwarnings("ignore")
 sys.path.insert(0, {repo!r})
 import torch
-from agents.hf import ModelHost
-from agents.models import load_model
+from marl.agents.hf import ModelHost
+from marl.agents.models import load_model
 
 def rss_kib(field):
     for line in open("/proc/self/status"):
@@ -88,21 +88,32 @@ class Rate:
         return self.tokens / self.cpu
 
     def __add__(self, other: Rate) -> Rate:
-        return Rate(self.tokens + other.tokens, self.seconds + other.seconds,
-                    self.cpu + other.cpu, self.calls + other.calls, self.turns + other.turns,
-                    self.parse_errors + other.parse_errors)
+        return Rate(
+            self.tokens + other.tokens,
+            self.seconds + other.seconds,
+            self.cpu + other.cpu,
+            self.calls + other.calls,
+            self.turns + other.turns,
+            self.parse_errors + other.parse_errors,
+        )
 
 
 def measure_memory(model: str, roles: tuple[str, ...]) -> dict:
     code = _MEMORY.format(repo=str(REPO), model=model, roles=roles)
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True,
-                         capture_output=True, text=True, env=dict(os.environ))
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def build(model: str, max_new_tokens: int, seed: int):
-    from agents.builder import build_roster
-    from configs import load_config
+    from marl.agents.builder import build_roster
+    from marl.config import load_config
 
     cfg = load_config(CONFIG)
     role = cfg.roles[0]
@@ -116,7 +127,7 @@ def bare_generate(roster, prompts: list[list[int]], seed: int) -> Rate:
     """One ``model.generate`` call on the left-padded prompts, nothing else timed."""
     import torch
 
-    from agents.hf import left_pad
+    from marl.agents.hf import left_pad
 
     host = next(iter(roster.hosts.values()))
     pol = roster.policies["player"]
@@ -126,19 +137,27 @@ def bare_generate(roster, prompts: list[list[int]], seed: int) -> Rate:
     with host.use(pol.adapter), torch.no_grad(), torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         t0, c0 = time.perf_counter(), time.process_time()
-        out = host.model.generate(input_ids=ids, attention_mask=mask,
-                                  max_new_tokens=pol.max_new_tokens, do_sample=True,
-                                  temperature=pol.temperature, top_p=pol.top_p, top_k=None,
-                                  pad_token_id=pad, eos_token_id=eos)
+        out = host.model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            max_new_tokens=pol.max_new_tokens,
+            do_sample=True,
+            temperature=pol.temperature,
+            top_p=pol.top_p,
+            top_k=None,
+            pad_token_id=pad,
+            eos_token_id=eos,
+        )
         seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     tokens = 0
-    for row in out[:, ids.shape[1]:].tolist():
+    for row in out[:, ids.shape[1] :].tolist():
         tokens += row.index(eos) + 1 if eos in row else len(row)
     return Rate(tokens, seconds, cpu, turns=len(prompts))
 
 
-def engine_play(roster, episodes: int, concurrency: int, seed: int,
-                paired: bool = False) -> tuple[Rate, Rate | None]:
+def engine_play(
+    roster, episodes: int, concurrency: int, seed: int, paired: bool = False
+) -> tuple[Rate, Rate | None]:
     """Self-play tic-tac-toe through the engine; completion tokens of every turn / wall time.
 
     Every engine step makes one ``act`` call (one policy plays both seats).  A step's time runs
@@ -148,8 +167,8 @@ def engine_play(roster, episodes: int, concurrency: int, seed: int,
     step sent, with the sampling seed that step used (same inputs, same samples, same moment;
     its time is kept out of the engine's), returned second.
     """
-    import games
-    from agents.rollout import RolloutEngine
+    from marl import games
+    from marl.agents.rollout import RolloutEngine
 
     pol = roster.policies["player"]
     steps: list[tuple[int, int, float, float]] = []  # (batch, tokens, seconds, cpu seconds)
@@ -166,8 +185,14 @@ def engine_play(roster, episodes: int, concurrency: int, seed: int,
     def timed(reqs):
         out = act(reqs)
         now = (time.perf_counter(), time.process_time())
-        steps.append((len(reqs), sum(len(r.completion_ids) for r in out),
-                      now[0] - last[0][0], now[1] - last[0][1]))
+        steps.append(
+            (
+                len(reqs),
+                sum(len(r.completion_ids) for r in out),
+                now[0] - last[0][0],
+                now[1] - last[0][1],
+            )
+        )
         if paired and len(reqs) == concurrency:
             bare.append(bare_generate(roster, [r.prompt_ids for r in out], seeds[-1]))
             pause[0] += time.perf_counter() - now[0]
@@ -191,12 +216,24 @@ def engine_play(roster, episodes: int, concurrency: int, seed: int,
         del pol.act, host.generate
     turns = [t for e in eps for t in e.turns]
     full = [s for s in steps if s[0] == concurrency]
-    rate = Rate(sum(len(t.completion_ids) for t in turns), seconds, cpu, calls=len(steps),
-                turns=len(turns), parse_errors=sum(not t.parsed for t in turns),
-                batches=[s[0] for s in steps],
-                full=Rate(sum(s[1] for s in full), sum(s[2] for s in full),
-                          sum(s[3] for s in full), calls=len(full),
-                          turns=sum(s[0] for s in full)) if full else None)
+    rate = Rate(
+        sum(len(t.completion_ids) for t in turns),
+        seconds,
+        cpu,
+        calls=len(steps),
+        turns=len(turns),
+        parse_errors=sum(not t.parsed for t in turns),
+        batches=[s[0] for s in steps],
+        full=Rate(
+            sum(s[1] for s in full),
+            sum(s[2] for s in full),
+            sum(s[3] for s in full),
+            calls=len(full),
+            turns=sum(s[0] for s in full),
+        )
+        if full
+        else None,
+    )
     return rate, (sum(bare[1:], bare[0]) if bare else None)
 
 
@@ -205,15 +242,21 @@ def ratio(a: float, b: float) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[8, 32])
     parser.add_argument("--max-new-tokens", type=int, default=32)
-    parser.add_argument("--waves", type=int, default=2,
-                        help="engine episodes per batch size = waves * B")
-    parser.add_argument("--sequential-episodes", type=int, default=8,
-                        help="games played one at a time (half first, half last)")
+    parser.add_argument(
+        "--waves", type=int, default=2, help="engine episodes per batch size = waves * B"
+    )
+    parser.add_argument(
+        "--sequential-episodes",
+        type=int,
+        default=8,
+        help="games played one at a time (half first, half last)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skip-memory", action="store_true")
     args = parser.parse_args()
@@ -222,7 +265,7 @@ def main() -> None:
     import torch
     from transformers.utils import logging as hf_logging
 
-    import games
+    from marl import games
 
     hf_logging.set_verbosity_error()
     load0 = os.getloadavg()[0]
@@ -246,14 +289,15 @@ def main() -> None:
     for b in args.batch_sizes:
         eng, bare = engine_play(roster, args.waves * b, b, args.seed, paired=True)
         assert bare is not None and eng.full is not None
-        log(f"B={b} engine: {eng.tokens} tokens in {eng.seconds:.1f}s = {eng.tok_s:.1f} tok/s; "
+        log(
+            f"B={b} engine: {eng.tokens} tokens in {eng.seconds:.1f}s = {eng.tok_s:.1f} tok/s; "
             f"step batches {eng.batches}; full steps {eng.full.tokens} tokens in "
             f"{eng.full.seconds:.1f}s; paired bare calls {bare.tokens} tokens in "
-            f"{bare.seconds:.1f}s")
+            f"{bare.seconds:.1f}s"
+        )
         rows.append((b, bare, eng))
     rest, _ = engine_play(roster, args.sequential_episodes - half, 1, args.seed + half)
-    log(f"sequential, second half: {rest.tokens} tokens in {rest.seconds:.1f}s, "
-        f"{rest.turns} turns")
+    log(f"sequential, second half: {rest.tokens} tokens in {rest.seconds:.1f}s, {rest.turns} turns")
     seq = seq + rest
     load1 = os.getloadavg()[0]
     mem = None
@@ -262,63 +306,92 @@ def main() -> None:
     total = time.perf_counter() - t_start
 
     print("### Rollout engine throughput\n")
-    print(f"Machine: {os.cpu_count()}-core CPU ({platform.machine()}), Python "
-          f"{platform.python_version()}, torch {torch.__version__} ({torch.get_num_threads()} "
-          f"threads), load average {load0:.2f} at start and {load1:.2f} at the end (other jobs "
-          "share the cores). "
-          "OMP_WAIT_POLICY=PASSIVE.")
-    print(f"Model: {args.model} (float32), role adapter active (LoRA r=8 on q_proj/v_proj) in "
-          f"every measurement. Game: tic_tac_toe self-play (one policy, both seats), free "
-          f"decoding, temperature {pol.temperature}, top_p {pol.top_p}, max_new_tokens "
-          f"{args.max_new_tokens}.")
-    print(f"Engine: {args.waves} x B episodes at concurrency B; bare: one call after each "
-          "engine step that had all B games in flight, on that step's prompts with that step's "
-          "sampling seed (identical completions). Sequential: "
-          f"{args.sequential_episodes} episodes at concurrency 1, half before and half after "
-          f"the batched runs (its rate does not depend on B). Total runtime {total:.0f} s.\n")
+    print(
+        f"Machine: {os.cpu_count()}-core CPU ({platform.machine()}), Python "
+        f"{platform.python_version()}, torch {torch.__version__} ({torch.get_num_threads()} "
+        f"threads), load average {load0:.2f} at start and {load1:.2f} at the end (other jobs "
+        "share the cores). "
+        "OMP_WAIT_POLICY=PASSIVE."
+    )
+    print(
+        f"Model: {args.model} (float32), role adapter active (LoRA r=8 on q_proj/v_proj) in "
+        f"every measurement. Game: tic_tac_toe self-play (one policy, both seats), free "
+        f"decoding, temperature {pol.temperature}, top_p {pol.top_p}, max_new_tokens "
+        f"{args.max_new_tokens}."
+    )
+    print(
+        f"Engine: {args.waves} x B episodes at concurrency B; bare: one call after each "
+        "engine step that had all B games in flight, on that step's prompts with that step's "
+        "sampling seed (identical completions). Sequential: "
+        f"{args.sequential_episodes} episodes at concurrency 1, half before and half after "
+        f"the batched runs (its rate does not depend on B). Total runtime {total:.0f} s.\n"
+    )
+
     def both(r: Rate | None) -> str:
         return f"{r.tok_s:.1f} ({r.tok_cpu:.1f})" if r else "-"
 
     def both_ratio(x: Rate | None, y: Rate) -> str:
         return f"{ratio(x.tok_s, y.tok_s)} ({ratio(x.tok_cpu, y.tok_cpu)})" if x else "-"
 
-    print("Tokens per wall-clock second (in brackets: per CPU-second of this process, all "
-          "threads; steadier when other jobs take the cores).\n")
+    print(
+        "Tokens per wall-clock second (in brackets: per CPU-second of this process, all "
+        "threads; steadier when other jobs take the cores).\n"
+    )
     print("| B | bare generate | engine, B games in flight | engine, whole run | sequential |")
     print("|---|---|---|---|---|")
     for b, bare, eng in rows:
         print(f"| {b} | {both(bare)} | {both(eng.full)} | {both(eng)} | {both(seq)} |")
-    print("\n| B | engine (B in flight) / bare | engine (whole run) / bare | "
-          "engine (B in flight) / sequential | engine (whole run) / sequential | "
-          "bare / sequential |")
+    print(
+        "\n| B | engine (B in flight) / bare | engine (whole run) / bare | "
+        "engine (B in flight) / sequential | engine (whole run) / sequential | "
+        "bare / sequential |"
+    )
     print("|---|---|---|---|---|---|")
     for b, bare, eng in rows:
-        print(f"| {b} | {both_ratio(eng.full, bare)} | {both_ratio(eng, bare)} | "
-              f"{both_ratio(eng.full, seq)} | {both_ratio(eng, seq)} | {both_ratio(bare, seq)} |")
-    print(f"\n- sequential: {seq.tokens} tokens in {seq.seconds:.1f} s over {seq.turns} turns "
-          f"({seq.tokens / seq.turns:.1f} tokens/turn), parse errors "
-          f"{seq.parse_errors}/{seq.turns}.")
+        print(
+            f"| {b} | {both_ratio(eng.full, bare)} | {both_ratio(eng, bare)} | "
+            f"{both_ratio(eng.full, seq)} | {both_ratio(eng, seq)} | {both_ratio(bare, seq)} |"
+        )
+    print(
+        f"\n- sequential: {seq.tokens} tokens in {seq.seconds:.1f} s over {seq.turns} turns "
+        f"({seq.tokens / seq.turns:.1f} tokens/turn), parse errors "
+        f"{seq.parse_errors}/{seq.turns}."
+    )
     for b, bare, eng in rows:
-        full = (f"; {eng.full.calls} steps with all {b} in flight: {eng.full.tokens} tokens in "
-                f"{eng.full.seconds:.1f} s" if eng.full else "")
-        print(f"- B={b}: paired bare calls {bare.tokens} tokens in {bare.seconds:.1f} s; "
-              f"engine "
-              f"{args.waves * b} episodes, {eng.turns} turns, {eng.tokens} tokens in "
-              f"{eng.seconds:.1f} s, parse errors {eng.parse_errors}/{eng.turns}; batch per "
-              f"step {' '.join(map(str, eng.batches))}{full}.")
+        full = (
+            f"; {eng.full.calls} steps with all {b} in flight: {eng.full.tokens} tokens in "
+            f"{eng.full.seconds:.1f} s"
+            if eng.full
+            else ""
+        )
+        print(
+            f"- B={b}: paired bare calls {bare.tokens} tokens in {bare.seconds:.1f} s; "
+            f"engine "
+            f"{args.waves * b} episodes, {eng.turns} turns, {eng.tokens} tokens in "
+            f"{eng.seconds:.1f} s, parse errors {eng.parse_errors}/{eng.turns}; batch per "
+            f"step {' '.join(map(str, eng.batches))}{full}."
+        )
     if mem:
         plain, lora = mem
-        print("\n| resident memory, fresh process (load + one generate per adapter) | VmRSS MiB "
-              "| peak VmHWM MiB | parameters |")
+        print(
+            "\n| resident memory, fresh process (load + one generate per adapter) | VmRSS MiB "
+            "| peak VmHWM MiB | parameters |"
+        )
         print("|---|---|---|---|")
-        print(f"| one plain model | {plain['rss_kib'] / 1024:.0f} | "
-              f"{plain['hwm_kib'] / 1024:.0f} | {plain['params']:,} |")
-        print(f"| one base + {len(ROLES)} LoRA role adapters ({', '.join(ROLES)}) | "
-              f"{lora['rss_kib'] / 1024:.0f} | {lora['hwm_kib'] / 1024:.0f} | "
-              f"{lora['params']:,} |")
-        print(f"| ratio | {ratio(lora['rss_kib'], plain['rss_kib'])} | "
-              f"{ratio(lora['hwm_kib'], plain['hwm_kib'])} | "
-              f"{lora['params'] / plain['params']:.4f}x |")
+        print(
+            f"| one plain model | {plain['rss_kib'] / 1024:.0f} | "
+            f"{plain['hwm_kib'] / 1024:.0f} | {plain['params']:,} |"
+        )
+        print(
+            f"| one base + {len(ROLES)} LoRA role adapters ({', '.join(ROLES)}) | "
+            f"{lora['rss_kib'] / 1024:.0f} | {lora['hwm_kib'] / 1024:.0f} | "
+            f"{lora['params']:,} |"
+        )
+        print(
+            f"| ratio | {ratio(lora['rss_kib'], plain['rss_kib'])} | "
+            f"{ratio(lora['hwm_kib'], plain['hwm_kib'])} | "
+            f"{lora['params'] / plain['params']:.4f}x |"
+        )
 
 
 if __name__ == "__main__":

@@ -64,8 +64,11 @@ class Tally:
 
 async def client(http: httpx.AsyncClient, n: int, requests: int, tally: Tally) -> None:
     for k in range(requests):
-        body = {"model": "solver-critic-judge", "stream": k % 2 == 1,
-                "messages": [{"role": "user", "content": f"What is {n} + {k}?"}]}
+        body = {
+            "model": "solver-critic-judge",
+            "stream": k % 2 == 1,
+            "messages": [{"role": "user", "content": f"What is {n} + {k}?"}],
+        }
         start = time.perf_counter()
         try:
             if body["stream"]:
@@ -137,9 +140,12 @@ async def load(base: str, port: int, args: argparse.Namespace) -> tuple[Tally, f
     start, tally.clients_running = time.perf_counter(), True
     async with httpx.AsyncClient(base_url=base, timeout=args.timeout, limits=limits) as http:
         try:
-            await asyncio.wait_for(asyncio.gather(
-                *(client(http, n, args.requests, tally) for n in range(args.clients))),
-                args.max_seconds)
+            await asyncio.wait_for(
+                asyncio.gather(
+                    *(client(http, n, args.requests, tally) for n in range(args.clients))
+                ),
+                args.max_seconds,
+            )
         except TimeoutError:
             print(f"stopped after --max-seconds {args.max_seconds}", file=sys.stderr)
         wall = time.perf_counter() - start
@@ -150,8 +156,11 @@ async def load(base: str, port: int, args: argparse.Namespace) -> tuple[Tally, f
 
 
 def series(metrics: str, name: str) -> float:
-    return sum(float(ln.rsplit(" ", 1)[1]) for ln in metrics.splitlines()
-               if ln.startswith(name + " ") or ln.startswith(name + "{"))
+    return sum(
+        float(ln.rsplit(" ", 1)[1])
+        for ln in metrics.splitlines()
+        if ln.startswith(name + " ") or ln.startswith(name + "{")
+    )
 
 
 def main() -> None:
@@ -163,13 +172,21 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=120.0, help="per request, client side")
     ap.add_argument("--max-seconds", type=float, default=300.0, help="for all the clients")
     args = ap.parse_args()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_WAIT_POLICY": "PASSIVE",
-           "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "OMP_WAIT_POLICY": "PASSIVE",
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
     with tempfile.TemporaryDirectory() as tmp:
         team = write_tiny_team(Path(tmp))
-        server = subprocess.Popen([sys.executable, "-m", "cli", "serve", str(team), "--host",
-                                   HOST, "--port", "0"], cwd=REPO, env=env, text=True,
-                                  stdout=subprocess.PIPE)
+        server = subprocess.Popen(
+            [sys.executable, "-m", "marl", "serve", str(team), "--host", HOST, "--port", "0"],
+            cwd=REPO,
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+        )
         try:
             line = server.stdout.readline()
             if " on http://" not in line:
@@ -186,22 +203,33 @@ def main() -> None:
     total = args.clients * args.requests
     p95 = statistics.quantiles(lat, n=20, method="inclusive")[18] if len(lat) >= 2 else lat[0]
     batches = series(metrics, "marl_batch_size_count")
-    rows = [("valid requests sent", f"{total} ({args.clients} clients x {args.requests})"),
-            ("answered 200", str(len(lat))),
-            ("errors (HTTP error answers)", str(sum(v for k, v in tally.errors.items()
-                                                     if k.startswith("HTTP")))),
-            ("dropped (no HTTP answer)", str(tally.dropped)),
-            ("latency p50 / p95 / max (s)",
-             f"{statistics.median(lat):.2f} / {p95:.2f} / {lat[-1]:.2f}"),
-            ("wall time for all clients (s)", f"{wall:.1f}"),
-            ("team batches (mean size)",
-             f"{batches:.0f} ({series(metrics, 'marl_batch_size_sum') / max(batches, 1):.1f})"),
-            ("slow connections: kept open / opened / closed by server",
-             f"{args.slow} / {tally.slow_opened} / {tally.slow_closed_by_server}"),
-            ("fewest slow connections open at a probe (clients running)",
-             str(tally.slow_open_min)),
-            ("/health probes: count / failed / max latency (s)",
-             f"{len(tally.health)} / {tally.health_failed} / {max(tally.health):.3f}")]
+    rows = [
+        ("valid requests sent", f"{total} ({args.clients} clients x {args.requests})"),
+        ("answered 200", str(len(lat))),
+        (
+            "errors (HTTP error answers)",
+            str(sum(v for k, v in tally.errors.items() if k.startswith("HTTP"))),
+        ),
+        ("dropped (no HTTP answer)", str(tally.dropped)),
+        (
+            "latency p50 / p95 / max (s)",
+            f"{statistics.median(lat):.2f} / {p95:.2f} / {lat[-1]:.2f}",
+        ),
+        ("wall time for all clients (s)", f"{wall:.1f}"),
+        (
+            "team batches (mean size)",
+            f"{batches:.0f} ({series(metrics, 'marl_batch_size_sum') / max(batches, 1):.1f})",
+        ),
+        (
+            "slow connections: kept open / opened / closed by server",
+            f"{args.slow} / {tally.slow_opened} / {tally.slow_closed_by_server}",
+        ),
+        ("fewest slow connections open at a probe (clients running)", str(tally.slow_open_min)),
+        (
+            "/health probes: count / failed / max latency (s)",
+            f"{len(tally.health)} / {tally.health_failed} / {max(tally.health):.3f}",
+        ),
+    ]
     if tally.errors:
         rows.append(("error kinds", ", ".join(f"{k}: {v}" for k, v in tally.errors.items())))
     print("| measurement | value |\n|---|---|")

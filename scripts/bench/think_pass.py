@@ -33,9 +33,9 @@ warnings.filterwarnings("ignore")
 import torch  # noqa: E402
 from choice_scoring import positions  # noqa: E402
 
-from agents import Agent  # noqa: E402
-from agents.hf import HFPolicy, ModelHost  # noqa: E402
-from agents.models import load_model  # noqa: E402
+from marl.agents import Agent  # noqa: E402
+from marl.agents.hf import HFPolicy, ModelHost  # noqa: E402
+from marl.agents.models import load_model  # noqa: E402
 
 THINK_PROMPT = "Think briefly about your card and the bets so far, in a sentence or two."
 
@@ -50,17 +50,27 @@ def main() -> None:
 
     host = ModelHost(*load_model(args.model))
     host.add_adapter("p", r=16, alpha=32, seed=0)
-    policy = HFPolicy(host, "p", mode="think", temperature=1.0, seed=1,
-                      think_tokens=args.think_tokens, think_prompt=THINK_PROMPT)
-    agent = Agent("p", "player", policy, "You are a poker player in a game of kuhn_poker.",
-                  "think")
-    requests = [agent.request(env, env.agent_selection)
-                for env in positions("kuhn_poker", args.decisions, seed=0)]
+    policy = HFPolicy(
+        host,
+        "p",
+        mode="think",
+        temperature=1.0,
+        seed=1,
+        think_tokens=args.think_tokens,
+        think_prompt=THINK_PROMPT,
+    )
+    agent = Agent("p", "player", policy, "You are a poker player in a game of kuhn_poker.", "think")
+    requests = [
+        agent.request(env, env.agent_selection)
+        for env in positions("kuhn_poker", args.decisions, seed=0)
+    ]
     t = time.perf_counter()
     responses = policy.act(requests)
-    print(f"sampled {len(responses)} reasonings in {time.perf_counter() - t:.1f} s; "
-          f"prompt {statistics.mean(len(r.prompt_ids) for r in responses):.0f} tokens, "
-          f"reasoning {statistics.mean(len(r.completion_ids) for r in responses):.1f}")
+    print(
+        f"sampled {len(responses)} reasonings in {time.perf_counter() - t:.1f} s; "
+        f"prompt {statistics.mean(len(r.prompt_ids) for r in responses):.0f} tokens, "
+        f"reasoning {statistics.mean(len(r.completion_ids) for r in responses):.1f}"
+    )
     prompts = [r.prompt_ids for r in responses]
     reasonings = [r.completion_ids for r in responses]
     contexts = [r.choice_prompt_ids for r in responses]
@@ -73,8 +83,10 @@ def main() -> None:
     def one_pass():
         return host.reasoned_stats(prompts, reasonings, contexts, cands, 1.0, entropy=True)
 
-    ways = {"two passes (reasoning, then choice scoring)": two_passes,
-            "one pass (reasoned_stats)": one_pass}
+    ways = {
+        "two passes (reasoning, then choice scoring)": two_passes,
+        "one pass (reasoned_stats)": one_pass,
+    }
     host.model.train()
     times: dict[str, list[float]] = {k: [] for k in ways}
     with host.use("p"):

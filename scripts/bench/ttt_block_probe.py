@@ -31,13 +31,13 @@ warnings.filterwarnings("ignore")
 
 import torch  # noqa: E402
 
-import games  # noqa: E402
-from agents.builder import build_roster  # noqa: E402
-from agents.hf import role_prompts  # noqa: E402
-from agents.precision import autocast  # noqa: E402
-from configs import load_config  # noqa: E402
-from games.base import TextGame  # noqa: E402
-from games.tictactoe import CROSS, NOUGHT, completing  # noqa: E402
+from marl import games  # noqa: E402
+from marl.agents.builder import build_roster  # noqa: E402
+from marl.agents.hf import role_prompts  # noqa: E402
+from marl.agents.precision import autocast  # noqa: E402
+from marl.config import load_config  # noqa: E402
+from marl.games.base import TextGame  # noqa: E402
+from marl.games.tictactoe import CROSS, NOUGHT, completing  # noqa: E402
 
 CONFIG = REPO / "configs" / "tictactoe_vs_random.yaml"
 
@@ -84,23 +84,35 @@ def main() -> None:
 
     requests = [agent.request(env, env.agent_selection) for env, _ in positions]
     prompts, _ = role_prompts(host, requests, policy.max_prompt_tokens)
-    data = [(prompt, [host.text_ids(t) for t in req.action_texts],
-             [i for i, a in enumerate(req.legal) if a in blocks])
-            for prompt, req, (_, blocks) in zip(prompts, requests, positions, strict=True)]
-    train, held = data[:args.train], data[args.train:]
-    print(f"{len(train)} training and {len(held)} held-out positions; prompts "
-          f"{min(len(d[0]) for d in data)}-{max(len(d[0]) for d in data)} tokens; "
-          f"precision {policy.precision}; load average {os.getloadavg()[0]:.2f}", flush=True)
+    data = [
+        (
+            prompt,
+            [host.text_ids(t) for t in req.action_texts],
+            [i for i, a in enumerate(req.legal) if a in blocks],
+        )
+        for prompt, req, (_, blocks) in zip(prompts, requests, positions, strict=True)
+    ]
+    train, held = data[: args.train], data[args.train :]
+    print(
+        f"{len(train)} training and {len(held)} held-out positions; prompts "
+        f"{min(len(d[0]) for d in data)}-{max(len(d[0]) for d in data)} tokens; "
+        f"precision {policy.precision}; load average {os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
 
     def block_logp(batch) -> torch.Tensor:
         scores = host.candidate_scores([d[0] for d in batch], [d[1] for d in batch])
-        return torch.stack([torch.logsumexp(torch.log_softmax(s.float(), 0)[d[2]], 0)
-                            for s, d in zip(scores, batch, strict=True)])
+        return torch.stack(
+            [
+                torch.logsumexp(torch.log_softmax(s.float(), 0)[d[2]], 0)
+                for s, d in zip(scores, batch, strict=True)
+            ]
+        )
 
     def heldout() -> float:
         host.model.eval()
         with torch.no_grad(), host.use(adapter), autocast(policy.precision, host.device):
-            p = torch.cat([block_logp(held[i:i + 32]).exp() for i in range(0, len(held), 32)])
+            p = torch.cat([block_logp(held[i : i + 32]).exp() for i in range(0, len(held), 32)])
         host.model.train()
         return float(p.mean())
 
@@ -110,15 +122,17 @@ def main() -> None:
     steps_per_epoch = -(-len(train) // args.batch)
     every = max(1, steps_per_epoch // args.evals)
     start = time.perf_counter()
-    print("| epoch | step | positions seen | minutes | training loss (since last) | "
-          "held-out pi(block) |\n|---:|---:|---:|---:|---:|---:|")
+    print(
+        "| epoch | step | positions seen | minutes | training loss (since last) | "
+        "held-out pi(block) |\n|---:|---:|---:|---:|---:|---:|"
+    )
     print(f"| 0 | 0 | 0 | 0.0 | | {heldout():.3f} |", flush=True)
     step, losses = 0, []
     for epoch in range(1, args.epochs + 1):
         order = list(range(len(train)))
         rng.shuffle(order)
         for k in range(steps_per_epoch):
-            batch = [train[i] for i in order[k * args.batch:(k + 1) * args.batch]]
+            batch = [train[i] for i in order[k * args.batch : (k + 1) * args.batch]]
             with host.use(adapter), autocast(policy.precision, host.device):
                 loss = -block_logp(batch).mean()
             opt.zero_grad()
@@ -128,8 +142,11 @@ def main() -> None:
             losses.append(float(loss))
             if step % every == 0 or k == steps_per_epoch - 1:
                 mins = (time.perf_counter() - start) / 60
-                print(f"| {epoch} | {step} | {step * args.batch} | {mins:.1f} | "
-                      f"{sum(losses) / len(losses):.3f} | {heldout():.3f} |", flush=True)
+                print(
+                    f"| {epoch} | {step} | {step * args.batch} | {mins:.1f} | "
+                    f"{sum(losses) / len(losses):.3f} | {heldout():.3f} |",
+                    flush=True,
+                )
                 losses = []
     print(f"load average {os.getloadavg()[0]:.2f}")
 

@@ -35,9 +35,11 @@ class ClosestNumber(AECEnv):
     def describe(self, agent):
         other = self.possible_agents[1 - self.possible_agents.index(agent)]
         said = self.calls.get(other)
-        return (f"Call a number from 0 to {self.numbers - 1}; the call closest to "
-                f"{self.target} wins. {other} " + ("has not called yet." if said is None
-                                                   else f"called {said}."))
+        return (
+            f"Call a number from 0 to {self.numbers - 1}; the call closest to "
+            f"{self.target} wins. {other} "
+            + ("has not called yet." if said is None else f"called {said}.")
+        )
 
     def reset(self, seed=None, options=None):
         self.agents = list(self.possible_agents)

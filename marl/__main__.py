@@ -1,0 +1,5 @@
+"""``python -m marl ...``: the ``marl`` command without the console script."""
+
+from marl.cli import app
+
+app()

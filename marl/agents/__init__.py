@@ -1,0 +1,30 @@
+"""Agents: the model registry, per-role policies (LoRA adapters on shared bases), decoding,
+and the batched rollout engine.  Uses games; knows nothing of training.
+
+``load_model(name)`` gives ``(model, tokenizer)`` from the registry (``smollm2-135m-instruct``,
+``tiny-random``, a Hugging Face id or a local path); ``build_roster(team_cfg)`` turns a team's
+roles into agents with one policy per role; ``make_policy(backend, ...)`` builds one policy;
+``RolloutEngine`` plays many games at once, one batched ``act`` call per policy and step.
+"""
+
+# Importing a backend module registers it with agents.policy.make_policy.
+from marl.agents import hf, openai_backend, scripted, vllm_backend  # noqa: F401
+from marl.agents.agent import Agent
+from marl.agents.builder import Roster, build_roster
+from marl.agents.models import load_model
+from marl.agents.policy import Policy, Request, Response, make_policy
+from marl.agents.rollout import Episode, RolloutEngine, Turn
+
+__all__ = [
+    "Agent",
+    "Episode",
+    "Policy",
+    "Request",
+    "Response",
+    "RolloutEngine",
+    "Roster",
+    "Turn",
+    "build_roster",
+    "load_model",
+    "make_policy",
+]

@@ -1,0 +1,62 @@
+"""``marl validate`` and ``marl schema``: team and tournament files without running anything."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from marl.cli.common import config_problems
+
+
+def validate_cmd(
+    files: Annotated[
+        list[str], typer.Argument(metavar="FILE...", help="Team or tournament YAML files.")
+    ],
+) -> None:
+    """Check team and tournament files, including what running them needs (the game takes
+    its kwargs, the agents fit its seats, the sources exist); prints FILE:LINE:COL: path:
+    message per problem (exit 2 if any)."""
+    from marl.config import validate_file
+
+    failed = False
+    for file in files:
+        problems = validate_file(file, checks=[lambda cfg, f=file: config_problems(cfg, f)])
+        for problem in problems:
+            typer.echo(str(problem))
+        if problems:
+            failed = True
+        else:
+            typer.secho(f"{file}: ok", fg=typer.colors.GREEN)
+    if failed:
+        raise typer.Exit(2)
+
+
+def schema_cmd(
+    out: Annotated[str | None, typer.Option("--out", help="Write the JSON Schema here.")] = None,
+    tournament: Annotated[
+        bool,
+        typer.Option(
+            "--tournament", help="Tournament files instead (docs/tournament.schema.json)."
+        ),
+    ] = False,
+) -> None:
+    """Print the JSON Schema of team files (for editors and docs/schema.json)."""
+    import json
+    from pathlib import Path
+
+    from marl.config import json_schema
+    from marl.config.tournament import TournamentConfig
+
+    text = (
+        json.dumps(json_schema(TournamentConfig) if tournament else json_schema(), indent=2) + "\n"
+    )
+    if out is None:
+        typer.echo(text, nl=False)
+    else:
+        Path(out).write_text(text, encoding="utf-8")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("validate")(validate_cmd)
+    app.command("schema")(schema_cmd)

@@ -1,0 +1,205 @@
+"""``marl play``: a team plays its game against itself, a bot, a checkpoint or a person."""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from marl.cli.common import fail, load_team, quiet_transformers
+from marl.cli.errors import writing
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from marl.config import TeamConfig
+
+
+def play_cmd(
+    config: Annotated[str, typer.Argument(help="Team YAML file.")],
+    game: Annotated[str | None, typer.Option(help="Game (default: the config's).")] = None,
+    episodes: Annotated[int, typer.Option(min=1, help="Games to play.")] = 10,
+    against: Annotated[
+        str | None,
+        typer.Option(
+            help="Opponent: a bot name (random, heuristic, optimal), a run (its latest "
+            "checkpoint), RUN/best, RUN/latest, a checkpoint or an exported team. Default: "
+            "self-play."
+        ),
+    ] = None,
+    human: Annotated[
+        bool,
+        typer.Option(
+            "--human", help="You play against --against (default: the config's first role)."
+        ),
+    ] = False,
+    seat: Annotated[
+        str | None,
+        typer.Option(help="With --human: the seat you take every game (default: seats alternate)."),
+    ] = None,
+    seed: Annotated[int, typer.Option(help="First episode seed.")] = 0,
+    concurrency: Annotated[int, typer.Option(min=1, help="Games played at once.")] = 16,
+    out: Annotated[
+        str | None,
+        typer.Option(
+            help="Output folder for transcripts.jsonl, or a .jsonl file (default: "
+            "runs/play-<time>/)."
+        ),
+    ] = None,
+    mode: Annotated[
+        str | None,
+        typer.Option(
+            help="Decoding mode of every hf/vllm role: free or choice (default: each role's)."
+        ),
+    ] = None,
+    temperature: Annotated[
+        float | None,
+        typer.Option(
+            min=0.0,
+            help="Sampling temperature of every hf/vllm role, 0 = greedy (default: each "
+            "role's; a choice-mode temperature is often too hot for free text).",
+        ),
+    ] = None,
+) -> None:
+    """Play the team's game and print wins/draws/losses per seat and the parse-error rate;
+    with --human, play it yourself against a bot or a trained agent."""
+    quiet_transformers()
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from marl import games
+    from marl.agents.builder import build_roster
+    from marl.agents.models import ModelError
+    from marl.orchestrator.participants import ParticipantLoader
+    from marl.orchestrator.play import play, report_table
+
+    cfg = load_team(config)
+    if game is not None:
+        problem = games.check_name(game)
+        if problem is not None:
+            fail(problem)
+        cfg = cfg.with_game(game)
+    if mode is not None and mode not in ("free", "choice"):
+        fail(f"--mode must be free or choice, got {mode!r}")
+    cfg = cfg.with_decoding(mode=mode, temperature=temperature)
+    try:
+        n_seats = len(games.make_from_config(cfg.game).possible_agents)
+    except (TypeError, ValueError) as exc:
+        fail(f"{config}: game.kwargs {cfg.game.kwargs} do not fit {cfg.game.name}: {exc}")
+    n_agents = sum(r.count for r in cfg.roles)
+    if against is None and not human and n_agents < n_seats:
+        anchors = cfg.train.league.anchors if cfg.train is not None else []
+        if not anchors:
+            fail(
+                f"{config}: {n_agents} agent(s) for the {n_seats} seats of "
+                f"{cfg.game.name}: pass --against (a bot or a checkpoint) or --human"
+            )
+        against = anchors[0]
+        typer.echo(
+            f"playing against {against} (the config's first league anchor; --against to choose)",
+            err=True,
+        )
+    console = Console()
+    with writing(out or "runs"):
+        transcripts = transcript_file(out)
+    if human:
+        _play_human(cfg, against, episodes, seed, seat, transcripts, console)
+        return
+    try:
+        with console.status(f"Loading team {cfg.name}..."):
+            roster = build_roster(cfg, seed=seed)
+            opponents = None
+            if against is not None:
+                loader = ParticipantLoader(cfg.game.name, seed=seed + 1, hosts=roster.hosts)
+                opponents = [loader.load(against)] * (n_seats - 1)
+    except (ModelError, FileNotFoundError, ValueError) as exc:
+        fail(str(exc))
+    with (
+        writing(transcripts, partial=transcripts),
+        Progress(console=console, transient=True) as bar,
+    ):
+        task = bar.add_task(f"{cfg.game.name}", total=episodes)
+        report = play(
+            roster,
+            cfg.game,
+            None,
+            episodes,
+            opponents,
+            seed=seed,
+            concurrency=concurrency,
+            transcripts=transcripts,
+            on_episode=lambda ep: bar.advance(task),
+        )
+    console.print(report_table(report, title=f"{cfg.name} on {cfg.game.name}"))
+    console.print(f"transcripts: {transcripts}")
+
+
+def transcript_file(out: str | None) -> Path:
+    """Where ``--out`` puts the transcripts: a ``.jsonl`` file (or an existing non-folder such
+    as a device) as given, else ``transcripts.jsonl`` in the folder (default a fresh
+    ``runs/play-<time>/``), which is created."""
+    if out is not None and (
+        out.endswith(".jsonl") or Path(out).exists() and not Path(out).is_dir()
+    ):
+        path = Path(out)
+    else:
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        path = Path(out or f"runs/play-{stamp}") / "transcripts.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _play_human(
+    cfg: TeamConfig,
+    against: str | None,
+    episodes: int,
+    seed: int,
+    seat: str | None,
+    transcripts: Path,
+    console: Console,
+) -> None:
+    """A person against ``against`` (a bot or a trained team), else the config's first role."""
+    from marl.agents.builder import build_roster
+    from marl.agents.models import ModelError
+    from marl.orchestrator.human import play_human
+    from marl.orchestrator.participants import ParticipantLoader
+
+    try:
+        with console.status("Loading your opponent..."):
+            if against is not None:
+                opponent = ParticipantLoader(cfg.game.name, seed=seed + 1).load(against)
+            else:
+                opponent = build_roster(cfg, seed=seed).agents[0]
+    except (ModelError, FileNotFoundError, ValueError) as exc:
+        fail(str(exc))
+    if against is None:
+        role = cfg.roles[0]
+        console.print(
+            f"no --against: you play {cfg.name}'s first role {role.name!r} "
+            f"({role.model}, untrained); pass --against RUN/best for a trained one",
+            markup=False,
+        )
+    else:
+        console.print(f"you play against {opponent.name} ({against})", markup=False)
+    try:
+        with writing(transcripts, partial=transcripts):
+            summary = play_human(
+                opponent,
+                cfg.game,
+                episodes,
+                seed=seed,
+                seat=seat,
+                console=console,
+                transcripts=transcripts,
+            )
+    except ValueError as exc:
+        fail(str(exc))
+    console.rule("summary")
+    console.print(summary.text(), markup=False)
+    console.print(f"transcripts: {transcripts}", markup=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("play")(play_cmd)

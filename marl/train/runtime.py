@@ -1,0 +1,304 @@
+"""Where rollouts and updates run: in this process, or on Ray actors.
+
+Both runtimes are a :class:`Runtime`, the calls the trainer makes: ``play`` (episode specs ->
+episodes), ``update`` (train items per model -> stats), ``publish`` (new adapter weights and
+the league pool -> every worker), ``weights``, ``optimizer_states``/``load``,
+``exploitability`` and ``shutdown``.
+
+- :class:`LocalRuntime` builds the team once; the worker and the learners share its model, so
+  nothing is copied.
+- :class:`RayRuntime` runs ``rollout_workers`` worker actors and one learner actor per trainable
+  base model, with the CPUs/GPUs the config asks for.  Weights travel through the object store
+  (``ray.put`` once, every worker reads the same object).  The workers are an
+  :class:`~marl.infra.actors.ActorPool`: a worker that dies mid-rollout is replaced by a new actor,
+  given the current weights, and its share of the episodes is replayed; because seeds come
+  from the specs, the step's result is the same.  A pool that keeps losing workers stops
+  with :class:`~marl.infra.actors.ActorPoolError`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+from marl.agents.builder import Roster, build_roster, host_key
+from marl.agents.rollout import Episode
+from marl.config import TeamConfig
+from marl.config.schema import LOCAL_BACKENDS
+from marl.infra.actors import ActorPool, start_ray
+from marl.orchestrator.participants import ParticipantId
+from marl.train.league import Weights
+from marl.train.learner import Learner, TrainItem, UpdateStats, mismatch_correction
+from marl.train.optim import make_optimizer
+from marl.train.workers import EpisodeSpec, RolloutWorker
+
+
+@runtime_checkable
+class Runtime(Protocol):
+    """Where a run's rollouts and updates happen; the trainer sees nothing else of it."""
+
+    def play(self, specs: list[EpisodeSpec], step: int, seed: int) -> list[Episode]:
+        """The episodes of ``specs`` (any order); seeds come from the specs and ``seed``."""
+        ...
+
+    def update(
+        self, items: dict[str, list[TrainItem]], seed: int, lr: float | None = None
+    ) -> dict[str, UpdateStats]:
+        """One update per base model key of ``items``."""
+        ...
+
+    def publish(self, weights: Weights, snapshots: dict[ParticipantId, Weights]) -> None:
+        """The trained adapters and the league pool, to everything that plays."""
+        ...
+
+    def weights(self) -> Weights: ...
+
+    def set_magnet(self, weights: Weights) -> None:
+        """The learners' magnets (``train.magnet``) take ``weights``."""
+        ...
+
+    def optimizer_states(self) -> dict[str, dict]: ...
+
+    def load(self, weights: Weights, optimizer_states: dict[str, dict]) -> None: ...
+
+    def exploitability(self) -> float:
+        """Exact exploitability of the trained role's current policy."""
+        ...
+
+    def shutdown(self) -> None: ...
+
+
+def trainable_hosts(cfg: TeamConfig) -> dict[str, list[str]]:
+    """Base-model key -> the trainable roles (adapters) on it: one learner per key."""
+    out: dict[str, list[str]] = defaultdict(list)
+    for r in cfg.roles:
+        if r.adapter is not None and r.backend in LOCAL_BACKENDS:
+            out[host_key(cfg, r)].append(r.name)
+    return dict(out)
+
+
+class LearnerProcess:
+    """A learner plus the team built around it: what one learner actor holds."""
+
+    def __init__(self, cfg: dict, key: str, roster: Roster | None = None) -> None:
+        team = TeamConfig.model_validate(cfg)
+        tc = team.train
+        assert tc is not None
+        roster = roster or build_roster(team)
+        roles = trainable_hosts(team)[key]
+        self.learner = Learner(
+            roster.hosts[key],
+            roles,
+            lr=tc.lr,
+            clip_low=tc.clip_low,
+            clip_high=tc.clip_high,
+            dual_clip=tc.dual_clip,
+            kl=tc.kl,
+            entropy=tc.entropy,
+            max_grad_norm=tc.max_grad_norm,
+            micro_batch=tc.learner.micro_batch,
+            epochs=tc.epochs,
+            precision=tc.precision,
+            optimizer=make_optimizer(tc.learner.backend, tc.learner.zero_stage, tc.precision),
+            correction=mismatch_correction(team, roles),
+            tis_cap=tc.mismatch.cap,
+            magnet=tc.magnet.alpha,
+            target_eta=tc.policy_target.eta,
+            fit_steps=tc.policy_target.fit_steps,
+            solver=tc.policy_target.solver,
+            ridge=tc.policy_target.ridge,
+        )
+
+    def update(self, items: list[TrainItem], seed: int, lr: float | None = None) -> UpdateStats:
+        torch.manual_seed(seed)
+        return self.learner.update(items, lr)
+
+    def weights(self) -> Weights:
+        return self.learner.weights()
+
+    def set_magnet(self, weights: Weights) -> None:
+        self.learner.set_magnet(weights)
+
+    def optimizer_state(self) -> dict:
+        return self.learner.optimizer_state()
+
+    def load(self, weights: Weights, optimizer_state: dict | None) -> None:
+        self.learner.load(weights, optimizer_state)
+
+
+class LocalRuntime:
+    def __init__(self, cfg: TeamConfig) -> None:
+        data = cfg.model_dump(by_alias=True)
+        self.roster = build_roster(cfg)
+        self.worker = RolloutWorker(data, self.roster)
+        # ZeRO-3 partitions every parameter of the model its engine wraps and gathers them in
+        # hooks on the modules it saw, while the worker adds and drops league adapters on its
+        # model: the learners then get a model of their own, and the worker gets the weights
+        lc = cfg.train.learner if cfg.train else None
+        self.shared = not (lc and lc.backend == "deepspeed" and lc.zero_stage == 3)
+        roster = self.roster if self.shared else build_roster(cfg)
+        self.learners = {k: LearnerProcess(data, k, roster) for k in trainable_hosts(cfg)}
+
+    def play(self, specs: list[EpisodeSpec], step: int, seed: int) -> list[Episode]:
+        return self.worker.play(specs, step, seed)
+
+    def update(
+        self, items: dict[str, list[TrainItem]], seed: int, lr: float | None = None
+    ) -> dict[str, UpdateStats]:
+        return {k: self.learners[k].update(v, seed, lr) for k, v in items.items()}
+
+    def publish(self, weights: Weights, snapshots: dict[ParticipantId, Weights]) -> None:
+        if not self.shared:  # otherwise the worker's model is the learners'
+            self.worker.set_weights(weights)
+        self.worker.sync_snapshots(snapshots)
+
+    def exploitability(self) -> float:
+        return self.worker.exploitability()
+
+    def weights(self) -> Weights:
+        return {a: w for lp in self.learners.values() for a, w in lp.weights().items()}
+
+    def set_magnet(self, weights: Weights) -> None:
+        for lp in self.learners.values():
+            lp.set_magnet(weights)
+
+    def optimizer_states(self) -> dict[str, dict]:
+        return {k: lp.optimizer_state() for k, lp in self.learners.items()}
+
+    def load(self, weights: Weights, optimizer_states: dict[str, dict]) -> None:
+        for k, lp in self.learners.items():
+            lp.load(weights, optimizer_states.get(k))
+
+    def shutdown(self) -> None:
+        pass
+
+
+def _use_all_cores() -> None:
+    """Rollouts and updates alternate, so each actor may use every core while it runs."""
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+
+
+def _place(roster: Roster) -> None:
+    """Put the actor's models on the GPU Ray assigned to it, if there is a real one."""
+    import ray
+
+    if ray.get_runtime_context().get_accelerator_ids().get("GPU") and torch.cuda.is_available():
+        roster.to("cuda")
+
+
+class _Placed:
+    """Lets the driver (and tests) see where Ray put an actor."""
+
+    def placement(self) -> dict:
+        import ray
+
+        ctx = ray.get_runtime_context()
+        return {
+            "node": ctx.get_node_id(),
+            "gpus": ctx.get_accelerator_ids().get("GPU", []),
+            "pid": os.getpid(),
+        }
+
+
+class _WorkerActor(RolloutWorker, _Placed):
+    def __init__(self, cfg: dict) -> None:
+        _use_all_cores()
+        super().__init__(cfg)
+        _place(self.roster)
+
+
+class _LearnerActor(LearnerProcess, _Placed):
+    def __init__(self, cfg: dict, key: str) -> None:
+        _use_all_cores()
+        roster = build_roster(TeamConfig.model_validate(cfg))
+        _place(roster)
+        super().__init__(cfg, key, roster)
+
+
+class RayRuntime:
+    def __init__(self, cfg: TeamConfig, address: str | None = None) -> None:
+        import ray
+
+        self.ray = ray
+        rc = cfg.train.ray
+        start_ray(address or rc.address)
+        self.data = cfg.model_dump(by_alias=True)
+        self._worker_cls = ray.remote(num_cpus=rc.cpus_per_worker, num_gpus=rc.gpus_per_worker)(
+            _WorkerActor
+        )
+        learner_cls = ray.remote(num_cpus=rc.cpus_per_learner, num_gpus=rc.gpus_per_learner)(
+            _LearnerActor
+        )
+        self.learners = {k: learner_cls.remote(self.data, k) for k in trainable_hosts(cfg)}
+        self._weights_ref = None
+        self._snapshots_ref = None
+        self.pool = ActorPool(self._spawn_worker, rc.rollout_workers)
+
+    def _spawn_worker(self) -> Any:
+        """A worker with the published weights and league pool (an actor runs one caller's
+        calls in order, so they are in place before its first rollout)."""
+        w = self._worker_cls.remote(self.data)
+        if self._weights_ref is not None:
+            w.set_weights.remote(self._weights_ref)
+        if self._snapshots_ref is not None:
+            w.sync_snapshots.remote(self._snapshots_ref)
+        return w
+
+    @property
+    def workers(self) -> list[Any]:
+        return self.pool.actors
+
+    @property
+    def replaced(self) -> int:
+        """Workers replaced after dying, over the runtime's life."""
+        return self.pool.replaced
+
+    def play(self, specs: list[EpisodeSpec], step: int, seed: int) -> list[Episode]:
+        n = len(self.workers)
+        chunks = [specs[i * len(specs) // n : (i + 1) * len(specs) // n] for i in range(n)]
+        return [ep for eps in self.pool.map("play", chunks, step, seed) for ep in eps]
+
+    def update(
+        self, items: dict[str, list[TrainItem]], seed: int, lr: float | None = None
+    ) -> dict[str, UpdateStats]:
+        refs = {k: self.learners[k].update.remote(v, seed, lr) for k, v in items.items()}
+        return {k: self.ray.get(r) for k, r in refs.items()}
+
+    def publish(self, weights: Weights, snapshots: dict[ParticipantId, Weights]) -> None:
+        self._weights_ref = self.ray.put(weights)
+        self._snapshots_ref = self.ray.put(snapshots)
+        self.ray.get(
+            [w.set_weights.remote(self._weights_ref) for w in self.workers]
+            + [w.sync_snapshots.remote(self._snapshots_ref) for w in self.workers]
+        )
+
+    def exploitability(self) -> float:
+        return self.ray.get(self.workers[0].exploitability.remote())
+
+    def weights(self) -> Weights:
+        out: Weights = {}
+        for w in self.ray.get([lp.weights.remote() for lp in self.learners.values()]):
+            out.update(w)
+        return out
+
+    def set_magnet(self, weights: Weights) -> None:
+        ref = self.ray.put(weights)
+        self.ray.get([lp.set_magnet.remote(ref) for lp in self.learners.values()])
+
+    def optimizer_states(self) -> dict[str, dict]:
+        keys = list(self.learners)
+        states = self.ray.get([self.learners[k].optimizer_state.remote() for k in keys])
+        return dict(zip(keys, states, strict=True))
+
+    def load(self, weights: Weights, optimizer_states: dict[str, dict]) -> None:
+        self.ray.get(
+            [lp.load.remote(weights, optimizer_states.get(k)) for k, lp in self.learners.items()]
+        )
+
+    def shutdown(self) -> None:
+        self.pool.shutdown()
+        for lp in self.learners.values():
+            self.ray.kill(lp)

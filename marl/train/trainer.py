@@ -1,0 +1,584 @@
+"""The multi-agent GRPO training loop.
+
+One step:
+  1. plan ``groups_per_step`` groups of ``group_size`` games; the games of a group share their
+     seed (same deal) and their seating, so their outcomes differ only by the agents' choices;
+  2. play them (runtime workers, batched rollouts);
+  3. turn every decision of a trainable agent into a sample (reward, group, agent) and apply the
+     configured advantage estimator;
+  4. one GRPO update per trainable base model, then publish the new weights;
+  5. log metrics, snapshot into the league, checkpoint.
+
+Team-task runs (``train.rollout: team``) play the same loop with a team answering cooperative
+tasks in free text (a group: one task, ``group_size`` answers); with a learnable topology a
+graph is sampled per episode in step 1 and its edge logits get a REINFORCE update next to the
+GRPO update in step 4 (:mod:`marl.train.topology`); ``train.policies: frozen`` skips the GRPO part.
+
+Seeds of step ``s`` derive from (run seed, s) only, so a run resumed from a checkpoint replays
+exactly the steps it lost.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import random
+import shutil
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from marl import games
+from marl.agents.builder import TEXT_BACKENDS
+from marl.agents.policy import PolicyError
+from marl.agents.rollout import Episode, Turn
+from marl.config import TeamConfig
+from marl.games.bots import bot_names
+from marl.games.tasks import make_task, task_names
+from marl.infra.actors import ActorPoolError
+from marl.infra.layout import BEST, checkpoint_dir, latest_checkpoint, point, sweep_orphans
+from marl.infra.seeds import derive_seed
+from marl.orchestrator.participants import ParticipantId
+from marl.orchestrator.team import TeamError, assign_views
+from marl.train.advantages import (
+    Advantages,
+    RoleBaseline,
+    Samples,
+    make_estimator,
+    remove_common_mode,
+)
+from marl.train.checkpoint import load_checkpoint, save_checkpoint
+from marl.train.league import League
+from marl.train.learner import TrainItem
+from marl.train.loggers import open_loggers, unavailable
+from marl.train.magnet import Magnet
+from marl.train.runtime import LocalRuntime, RayRuntime, Runtime, trainable_hosts
+from marl.train.topology import deferral_rate, graph_strategy
+from marl.train.workers import EpisodeSpec
+
+TRAINEE = ParticipantId.team(0)  # the agent that meets league opponents
+
+
+class TrainingError(RuntimeError):
+    """A run that cannot go on (bad config for the game, repeated non-finite losses, weights
+    that diverged)."""
+
+
+@dataclass
+class StepResult:
+    step: int
+    metrics: dict
+    episodes: list[Episode] = field(default_factory=list)
+
+
+def team_agents(cfg: TeamConfig) -> list[str]:
+    return [a for r in cfg.roles for a in r.instance_names()]
+
+
+def _check_team_task(cfg: TeamConfig) -> list[str]:
+    """A team-task run: a registered task, free-text roles, enough agents for its views."""
+    tc = cfg.train
+    assert tc is not None
+    if cfg.game.name not in task_names():
+        raise TrainingError(
+            f"train.rollout team needs a cooperative task; {cfg.game.name!r} is "
+            f"none of {', '.join(task_names())}"
+        )
+    for r in cfg.roles:
+        if r.backend not in TEXT_BACKENDS or r.decoding.mode != "free":
+            raise TrainingError(
+                f"role {r.name!r}: a team answers tasks in free text; use "
+                f"decoding mode free and a backend of {', '.join(TEXT_BACKENDS)}"
+            )
+    if tc.league.opponents != "self":
+        raise TrainingError("a team task has no opponents: use train.league.opponents self")
+    agents = team_agents(cfg)
+    try:
+        assign_views(make_task(cfg.game.name, 0, **cfg.game.kwargs).private_views, agents)
+    except (TeamError, TypeError, ValueError) as exc:
+        raise TrainingError(f"game {cfg.game.name!r} with {cfg.game.kwargs}: {exc}") from None
+    return agents
+
+
+def check_compatible(cfg: TeamConfig) -> None:  # noqa: C901 (to split)
+    """Fail before any compute when the team cannot play its game or has nothing to train."""
+    tc = cfg.train
+    if tc is None:
+        raise TrainingError("the config has no `train` section")
+    learns_graph = cfg.rollout_kind() == "team" and cfg.topology.learnable
+    deferring = [r.name for r in cfg.roles if r.defer is not None]
+    if deferring and cfg.rollout_kind() != "team":
+        raise TrainingError(
+            f"role {deferring[0]!r} defers to an expert, which only a team task "
+            "can do: set train.rollout team"
+        )
+    if cfg.rollout_kind() == "team":
+        seats = _check_team_task(cfg)
+    else:
+        problem = games.check_config(cfg.game)
+        if problem is not None:
+            raise TrainingError(f"game.{problem[0]}: {problem[1]}")
+        try:
+            seats = games.make_from_config(cfg.game).possible_agents
+        except (TypeError, ValueError) as exc:
+            raise TrainingError(
+                f"game.kwargs {cfg.game.kwargs} do not fit {cfg.game.name!r}: {exc}"
+            ) from None
+    n_agents = sum(r.count for r in cfg.roles)
+    if tc.league.opponents == "self" and n_agents != len(seats):
+        raise TrainingError(
+            f"game {cfg.game.name!r} has {len(seats)} seats "
+            f"({', '.join(seats)}) but the team has {n_agents} agents"
+        )
+    if tc.league.opponents == "league" and len(seats) != 2:
+        raise TrainingError("league opponents need a two-seat game")
+    if tc.policies == "frozen" and not learns_graph:
+        raise TrainingError(
+            "train.policies is frozen and no topology is learned: nothing to "
+            "train (set topology.learnable on a team task)"
+        )
+    if tc.policies == "train" and not trainable_hosts(cfg) and not learns_graph:
+        raise TrainingError("no trainable role: give a role with backend hf an `adapter`")
+    unknown = sorted(set(tc.reward_scales) - set(seats))
+    if unknown:
+        raise TrainingError(
+            f"train.reward_scales names {unknown}; the seats of "
+            f"{cfg.game.name} are {', '.join(seats)}"
+        )
+    for a in tc.league.anchors:
+        if a not in bot_names(cfg.game.name) and not Path(a).is_dir():
+            raise TrainingError(
+                f"league anchor {a!r} is neither a bot of {cfg.game.name} "
+                f"({', '.join(bot_names(cfg.game.name))}) nor a folder"
+            )
+    missing = unavailable(tc.loggers)
+    if missing:
+        raise TrainingError(missing)
+    if tc.magnet.alpha > 0 and tc.learner.backend == "deepspeed" and tc.learner.zero_stage == 3:
+        raise TrainingError(
+            "train.magnet needs the magnet's adapter whole on the learner: use "
+            "ZeRO stage 1 or 2, or the torch backend"
+        )
+    if tc.branch and cfg.rollout_kind() == "team":
+        raise TrainingError(
+            "train.branch copies a game mid-play: it needs a game rollout, not a team task"
+        )
+    if tc.branch_rollout not in ("policy", *bot_names(cfg.game.name)):
+        raise TrainingError(
+            f"train.branch_rollout {tc.branch_rollout!r} is neither policy nor "
+            f"a bot of {cfg.game.name} ({', '.join(bot_names(cfg.game.name))})"
+        )
+    if tc.policy_target.eta > 0:
+        trained = {r for roles in trainable_hosts(cfg).values() for r in roles}
+        free = [r.name for r in cfg.roles if r.name in trained and r.decoding.mode != "choice"]
+        if free:
+            raise TrainingError(
+                f"train.policy_target fits distributions over the legal "
+                f"actions: roles {free} need decoding.mode: choice"
+            )
+        if tc.policy_target.solver == "gauss_newton" and tc.learner.backend != "torch":
+            raise TrainingError(
+                "train.policy_target.solver gauss_newton steps the adapters' "
+                "own tensors: use train.learner.backend torch"
+            )
+    if tc.learner.backend == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
+        raise TrainingError(
+            "train.learner.backend is deepspeed but DeepSpeed is not installed: "
+            "pip install 'marl-teams[deepspeed]'"
+        )
+
+
+class Trainer:
+    def __init__(
+        self, cfg: TeamConfig, run: Path, resume: bool = False, runtime: Runtime | None = None
+    ) -> None:
+        check_compatible(cfg)
+        self.cfg, self.tc = cfg, cfg.train
+        assert self.tc is not None
+        self.run_dir = run
+        run.mkdir(parents=True, exist_ok=True)
+        sweep_orphans(run)  # a trainer owns its run: temps now are a killed run's
+        team_rollout = cfg.rollout_kind() == "team"
+        env = None if team_rollout else games.make_from_config(cfg.game)
+        self.seats = team_agents(cfg) if env is None else list(env.possible_agents)
+        self.estimator = make_estimator(
+            self.tc.advantage,
+            decay=self.tc.rae_decay,
+            gamma=self.tc.gamma,
+            scale=self.tc.advantage_scale,
+        )
+        self.league = League(self.tc.league, bot_names(cfg.game.name))
+        self.trainable_roles = (
+            {r for roles in trainable_hosts(cfg).values() for r in roles}
+            if self.tc.policies == "train"
+            else set()
+        )
+        self.defers = any(r.defer is not None for r in cfg.roles)
+        self.exact_eval = self.tc.eval_every > 0 and hasattr(env, "root_state")
+        self.graph = graph_strategy(cfg, team_rollout, self.tc.seed)
+        self.step = 0
+        self.bad_steps = 0
+        self.best: dict | None = None  # {"step", "exploitability"} of the best checkpoint
+        self.runtime: Runtime = runtime or (
+            RayRuntime(cfg) if self.tc.ray.enabled else LocalRuntime(cfg)
+        )
+        self.ckpt_metrics: dict | None = None  # the restored checkpoint's metrics line
+        # the learners start their magnets at the initial policy; this keeps the schedule
+        self.magnet = (
+            Magnet(self.tc.magnet, self.runtime.weights())
+            if self.tc.magnet.alpha > 0 and self.trainable_roles
+            else None
+        )
+        ckpt = latest_checkpoint(run) if resume else None
+        if ckpt is not None:
+            self._restore(ckpt)
+
+    # ----- planning
+    def plan(self, step: int) -> list[EpisodeSpec]:
+        tc = self.tc
+        rng = random.Random(derive_seed(tc.seed, step, "plan"))
+        specs = []
+        for g in range(tc.groups_per_step):
+            opponent = self.league.sample(rng)
+            seed = derive_seed(tc.seed, step, g)
+            if opponent is None:
+                seating = tuple((s, ParticipantId.team(i)) for i, s in enumerate(self.seats))
+            else:  # the trained agent takes seat g % 2, the opponent the other
+                mine = g % len(self.seats)
+                seating = tuple(
+                    (s, TRAINEE if i == mine else opponent) for i, s in enumerate(self.seats)
+                )
+            for _ in range(tc.group_size):
+                specs.append(EpisodeSpec(len(specs), seed, g, seating, opponent))
+        return specs
+
+    # ----- samples and advantages
+    def _reward(self, ep: Episode, turn: Turn) -> float:
+        """The game's return (scaled), plus the turn's own format reward
+        (train.invalid_moves), which no other turn shares."""
+        base = ep.team_return() if self.tc.reward == "team" else ep.returns[turn.agent]
+        return base * self.tc.reward_scales.get(turn.agent, 1.0) + turn.format_reward
+
+    def samples(
+        self, episodes: list[Episode], specs: list[EpisodeSpec]
+    ) -> tuple[list[tuple[Episode, Turn]], Samples]:
+        rows = [
+            (ep, t)
+            for ep in episodes
+            for t in ep.turns
+            if t.role in self.trainable_roles and (t.completion_ids or t.candidate_ids)
+        ]
+        group_of = {s.index: s.group for s in specs}
+        tc = self.tc
+        groups = [
+            hash(tuple(t.prompt_ids)) if tc.group_by == "state" else group_of[ep.index]
+            for ep, t in rows
+        ]
+        agents = [t.agent if tc.agent_key == "seat" else t.role for _, t in rows]
+        return rows, Samples(
+            rewards=[self._reward(ep, t) for ep, t in rows],
+            groups=groups,
+            agents=agents,
+            # RAE's baseline is per player position in self-play (SPIRAL): the agent key
+            games=[ep.game for ep, _ in rows],
+            roles=agents,
+            episodes=[ep.index for ep, _ in rows],
+            turn_rewards=[
+                t.reward * tc.reward_scales.get(t.agent, 1.0) + t.format_reward for _, t in rows
+            ],
+            publics=[t.public for _, t in rows],
+            choices=[t.choice for _, t in rows],
+            probs=[t.action_probs for _, t in rows],
+        )
+
+    def items(
+        self, rows: list[tuple[Episode, Turn]], adv: Advantages
+    ) -> dict[str, list[TrainItem]]:
+        host_of = {role: k for k, roles in trainable_hosts(self.cfg).items() for role in roles}
+        out: dict[str, list[TrainItem]] = defaultdict(list)
+        for (_, t), a in zip(rows, adv.values, strict=True):
+            if a == 0 and t.action_values is None:
+                continue  # no signal: skip the compute
+            out[host_of[t.role]].append(
+                TrainItem(
+                    adapter=t.role,
+                    agent=f"{t.role}/{t.agent}",
+                    prompt_ids=t.prompt_ids,
+                    completion_ids=t.completion_ids,
+                    old_logprobs=t.logprobs,
+                    advantage=float(a),
+                    candidate_ids=t.candidate_ids,
+                    choice=t.choice or 0,
+                    choice_prompt_ids=t.choice_prompt_ids,
+                    temperature=t.temperature,
+                    action_values=t.action_values,
+                )
+            )
+        return dict(out)
+
+    # ----- one step
+    def train_step(self) -> StepResult:
+        step = self.step + 1
+        t0 = time.perf_counter()
+        specs = self.graph.assign(self.plan(step), step)
+        try:
+            episodes = self.runtime.play(specs, step, self.tc.seed)
+        except (ActorPoolError, PolicyError) as exc:
+            raise TrainingError(f"step {step}: rollout {exc}") from None
+        t1 = time.perf_counter()
+        rows, samples = self.samples(episodes, specs)
+        adv = self.estimator(samples)
+        adv.values = remove_common_mode(adv.values, samples, self.tc.common_mode)
+        items = self.items(rows, adv)
+        t2 = time.perf_counter()
+        stats = self.runtime.update(
+            items, derive_seed(self.tc.seed, step, "update"), self.tc.lr_at(step)
+        )
+        skipped = any(s.skipped for s in stats.values())
+        topology = self.graph.update(episodes, specs)
+        t3 = time.perf_counter()
+        weights = self.runtime.weights()
+        self._check_finite(step, weights)
+        if self.magnet is not None and self.magnet.due(step):
+            self.runtime.set_magnet(self.magnet.move(weights))
+        snap = self.league.maybe_snapshot(step, weights)
+        self.runtime.publish(weights, dict(self.league.snapshots))
+        t4 = time.perf_counter()
+        self._record_league(episodes, specs)
+        metrics = self._metrics(
+            step,
+            episodes,
+            samples,
+            adv,
+            stats,
+            skipped,
+            {"rollout": t1 - t0, "advantage": t2 - t1, "update": t3 - t2, "sync": t4 - t3},
+        )
+        metrics["snapshot"] = snap
+        if topology:
+            metrics["topology"] = topology
+        if self.exact_eval and (step % self.tc.eval_every == 0 or step == self.tc.steps):
+            t = time.perf_counter()
+            metrics["eval"] = {"exploitability": self.runtime.exploitability()}
+            metrics["seconds"]["eval"] = round(time.perf_counter() - t, 3)
+        self.bad_steps = self.bad_steps + 1 if skipped else 0
+        self.step = step
+        return StepResult(step, metrics, episodes)
+
+    def _check_finite(self, step: int, weights: dict) -> None:
+        """Stop before diverged weights are played (or checkpointed) with."""
+        for role, sd in weights.items():
+            bad = next((k for k, v in sd.items() if not torch.isfinite(v).all()), None)
+            if bad is not None:
+                raise TrainingError(
+                    f"step {step}: the run diverged, the update made weights of role {role!r} "
+                    f"non-finite ({bad}): lower train.lr (now {self.tc.lr_at(step)})"
+                )
+
+    def _record_league(self, episodes: list[Episode], specs: list[EpisodeSpec]) -> None:
+        by_index = {s.index: s for s in specs}
+        for ep in episodes:
+            spec = by_index[ep.index]
+            if spec.opponent is None:
+                continue
+            mine = next(s for s, p in spec.seating if p == TRAINEE)
+            theirs = next(s for s, p in spec.seating if p != TRAINEE)
+            self.league.record(spec.opponent, ep.returns[mine] < ep.returns[theirs])
+
+    def _metrics(
+        self,
+        step: int,
+        episodes: list[Episode],
+        samples: Samples,
+        adv: Advantages,
+        stats: dict,
+        skipped: bool,
+        seconds: dict,
+    ) -> dict:
+        m: dict = {
+            "step": step,
+            "episodes": len(episodes),
+            "skipped": skipped,
+            "seconds": {k: round(v, 3) for k, v in seconds.items()},
+            "degenerate_groups": adv.degenerate,
+            "groups": adv.cells,
+        }
+        per_agent: dict[str, dict] = defaultdict(lambda: defaultdict(list))
+        for ep in episodes:
+            best = max(ep.returns.values())
+            for seat, name in ep.seats.items():
+                d = per_agent[f"{name}@{seat}"]
+                d["reward"].append(ep.returns[seat])
+                d["win"].append(
+                    float(
+                        ep.returns[seat] == best
+                        and sum(r == best for r in ep.returns.values()) == 1
+                    )
+                )
+        m["agents"] = {
+            k: {
+                "reward": float(np.mean(v["reward"])),
+                "win_rate": float(np.mean(v["win"])),
+                "games": len(v["reward"]),
+            }
+            for k, v in sorted(per_agent.items())
+        }
+        cells = defaultdict(list)
+        for a, v in zip(samples.agents, adv.values, strict=True):
+            cells[str(a)].append(v)
+        m["advantage"] = {
+            k: {"mean": float(np.mean(v)), "std": float(np.std(v))}
+            for k, v in sorted(cells.items())
+        }
+        turns = [t for ep in episodes for t in ep.turns if t.role in self.trainable_roles]
+        gen_tokens = sum(
+            len(t.completion_ids)
+            for t in turns
+            if t.candidate_ids is None or t.choice_prompt_ids is not None
+        )
+        m["parse_error_rate"] = float(np.mean([not t.parsed for t in turns])) if turns else 0.0
+        m["illegal_move_rate"] = (
+            float(np.mean([t.parsed and not t.legal for t in turns])) if turns else 0.0
+        )
+        m["format_penalties"] = sum(t.format_reward != 0 for t in turns)
+        m["tokens_per_s"] = gen_tokens / max(seconds["rollout"], 1e-9)
+        m["decisions"] = len(turns)
+        if self.tc.branch:
+            m["branches"] = self.tc.branch * sum(len(t.action_values or ()) for t in turns)
+        if self.defers:
+            m["deferral_rate"] = deferral_rate(episodes)
+        m["learner"] = {
+            k: {
+                "loss": s.loss,
+                "grad_norm": s.grad_norm,
+                "kl": s.kl,
+                "entropy": s.entropy,
+                "clip_frac": s.clip_frac,
+                "agent_grad_norms": s.agent_grad_norms,
+                "skipped": s.skipped,
+                **({} if s.mismatch is None else {"mismatch": s.mismatch}),
+                **({"kl_to_magnet": s.kl_magnet} if self.magnet is not None else {}),
+                **({} if s.fit_residual is None else {"fit_residual": s.fit_residual}),
+            }
+            for k, s in stats.items()
+        }
+        return m
+
+    # ----- persistence
+    def _state(self) -> dict:
+        est = self.estimator
+        return {
+            "league": self.league.state(),
+            "bad_steps": self.bad_steps,
+            "rae": est.baseline if isinstance(est, RoleBaseline) else None,
+            "best": self.best,
+        }
+
+    def checkpoint(self, metrics: dict | None = None) -> Path:
+        """Save everything needed to resume, plus this step's metrics line (so a kill between
+        the checkpoint and the log write loses no line)."""
+        state = {**self._state(), "metrics": metrics}
+        return save_checkpoint(
+            self.run_dir,
+            self.step,
+            self.cfg,
+            self.runtime.weights(),
+            self.runtime.optimizer_states(),
+            dict(self.league.snapshots),
+            state,
+            extra=self._save_extra,
+        )
+
+    def _save_extra(self, folder: Path) -> None:
+        """What the checkpoint holds beside the adapters: a learned topology, the magnet."""
+        self.graph.save(folder)
+        if self.magnet is not None:
+            self.magnet.save(folder)
+
+    def _restore(self, path: Path) -> None:
+        ck = load_checkpoint(path)
+        self.step = ck.step
+        self.bad_steps = ck.state.get("bad_steps", 0)
+        self.best = ck.state.get("best")
+        self.league.load_state(ck.state["league"], ck.snapshots)
+        if isinstance(self.estimator, RoleBaseline) and ck.state.get("rae"):
+            self.estimator.baseline = dict(ck.state["rae"])
+        self.runtime.load(ck.weights, ck.optimizer_states)
+        self.runtime.publish(ck.weights, dict(self.league.snapshots))
+        self.graph.load(path)
+        if self.magnet is not None:
+            self.runtime.set_magnet(self.magnet.load(path))
+        # the loggers drop what they hold after the checkpoint (those steps are replayed) and
+        # write its own line if the kill came before it was logged
+        self.ckpt_metrics = ck.state.get("metrics")
+
+    def _improved(self, metrics: dict) -> dict | None:
+        """If this step's exact evaluation is the best so far, the previous best (or an empty
+        dict): the step is then checkpointed and ``RUN/best`` names it, since in self-play the
+        last iterate need not be the best."""
+        value = metrics.get("eval", {}).get("exploitability")
+        if (
+            value is None
+            or not math.isfinite(value)
+            or (self.best is not None and value >= self.best["exploitability"])
+        ):
+            return None
+        previous, self.best = self.best or {}, {"step": self.step, "exploitability": value}
+        return previous
+
+    def _keep_best(self, path: Path, previous: dict) -> None:
+        """Point ``RUN/best`` at ``path``; drop the superseded best checkpoint if it was
+        written only for being the best (off the ``checkpoint_every`` schedule)."""
+        point(self.run_dir, BEST, path)
+        step = previous.get("step")
+        if step is not None and step % self.tc.checkpoint_every != 0:
+            shutil.rmtree(checkpoint_dir(self.run_dir, step), ignore_errors=True)
+
+    # ----- the loop
+    def fit(self, on_step: Callable[[StepResult], None] | None = None) -> list[dict]:
+        tc = self.tc
+        history = []
+        deadline = time.monotonic() + 60 * tc.max_minutes if tc.max_minutes else float("inf")
+        loggers = open_loggers(tc.loggers, self.run_dir, self.cfg, self.step, self.ckpt_metrics)
+        ok = False
+        try:
+            if self.step == 0 and self.exact_eval:  # the curve starts at the untrained policy
+                for lg in loggers:
+                    lg.log({"step": 0, "eval": {"exploitability": self.runtime.exploitability()}})
+            while self.step < tc.steps:
+                res = self.train_step()
+                stop = self.bad_steps >= tc.max_bad_steps
+                last = self.step == tc.steps or time.monotonic() >= deadline
+                if last and self.exact_eval and "eval" not in res.metrics:
+                    # a time budget ended the run: its final policy gets its figure too
+                    res.metrics["eval"] = {"exploitability": self.runtime.exploitability()}
+                previous_best = self._improved(res.metrics)
+                improved = previous_best is not None
+                if not stop and (self.step % tc.checkpoint_every == 0 or last or improved):
+                    t = time.perf_counter()
+                    path = self.checkpoint(res.metrics)
+                    if improved:
+                        self._keep_best(path, previous_best)
+                    res.metrics["seconds"]["checkpoint"] = round(time.perf_counter() - t, 3)
+                for lg in loggers:
+                    lg.log(res.metrics)
+                if stop:
+                    raise TrainingError(
+                        f"{self.bad_steps} steps in a row had a non-finite loss or gradient "
+                        f"(last at step {res.step}); lower train.lr or check the rewards"
+                    )
+                history.append(res.metrics)
+                if on_step:
+                    on_step(res)
+                if last:
+                    break
+            ok = True
+        finally:
+            for lg in loggers:
+                lg.close(ok)
+        return history
