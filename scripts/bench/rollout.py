@@ -15,8 +15,8 @@ Throughput is completion tokens (up to and including end-of-sequence, as the eng
 them) divided by wall time.  Memory is the resident set (VmRSS) of fresh interpreters: one plain
 model vs the same base with four LoRA role adapters.
 
-    .venv/bin/python scripts/bench/rollout.py                        # SmolLM2-135M, B = 8, 32
-    .venv/bin/python scripts/bench/rollout.py --model tiny-random    # quick plumbing check
+    .venv/bin/python -m scripts.bench.rollout                        # SmolLM2-135M, B = 8, 32
+    .venv/bin/python -m scripts.bench.rollout --model tiny-random    # quick plumbing check
 """
 
 from __future__ import annotations
@@ -35,17 +35,14 @@ import sys  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
-from pathlib import Path  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
-CONFIG = REPO / "configs" / "tictactoe_selfplay.yaml"
+from scripts.workloads import REPO, recipe  # noqa: E402
+
 ROLES = ("planner", "critic", "solver", "judge")
 
 _MEMORY = """
-import json, os, sys, warnings
+import json, warnings
 warnings.filterwarnings("ignore")
-sys.path.insert(0, {repo!r})
 import torch
 from marl.agents.hf import ModelHost
 from marl.agents.models import load_model
@@ -99,7 +96,7 @@ class Rate:
 
 
 def measure_memory(model: str, roles: tuple[str, ...]) -> dict:
-    code = _MEMORY.format(repo=str(REPO), model=model, roles=roles)
+    code = _MEMORY.format(model=model, roles=roles)  # run in REPO: its marl is imported
     out = subprocess.run(
         [sys.executable, "-c", code],
         cwd=REPO,
@@ -113,13 +110,8 @@ def measure_memory(model: str, roles: tuple[str, ...]) -> dict:
 
 def build(model: str, max_new_tokens: int, seed: int):
     from marl.agents.builder import build_roster
-    from marl.config import load_config
 
-    cfg = load_config(CONFIG)
-    role = cfg.roles[0]
-    dec = role.decoding.model_copy(update={"mode": "free", "max_new_tokens": max_new_tokens})
-    role = role.model_copy(update={"model": model, "decoding": dec})
-    cfg = cfg.model_copy(update={"roles": [role]})
+    cfg = recipe("tictactoe_selfplay", model, mode="free", max_new_tokens=max_new_tokens)
     return cfg, build_roster(cfg, seed=seed)
 
 
