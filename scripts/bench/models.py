@@ -3,7 +3,7 @@
 Each measurement runs in a fresh interpreter (so "first call" really is first) against a
 throwaway MARL_HOME. Prints a markdown section for docs/benchmarks.md.
 
-    .venv/bin/python scripts/bench/models.py [--repeats 3]
+    .venv/bin/python -m scripts.bench.models [--repeats 3]
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from scripts.workloads import REPO
+
 QUESTION = "What is 2+3? Answer with a number."
 
 _LOAD = """
@@ -101,7 +102,7 @@ def main() -> None:
         f"{load_avg[0]:.2f} (other jobs share the cores). OMP_WAIT_POLICY=PASSIVE."
     )
     print(
-        "Command: `.venv/bin/python scripts/bench/models.py` "
+        "Command: `.venv/bin/python -m scripts.bench.models` "
         f"(fresh interpreter per measurement, medians of {args.repeats}).\n"
     )
     print("| measurement | seconds |")
