@@ -23,8 +23,8 @@ Goal: the learned graph's accuracy inside the complete graph's interval (or abov
 half its messages.  ``OUT/run`` is an ordinary run folder (metrics.jsonl, a checkpoint with
 topology.safetensors): ``marl plot``, ``marl topology show`` and ``marl export`` read it.
 
-    .venv/bin/python scripts/bench/topology.py --out runs/bench_topology
-    .venv/bin/python scripts/bench/topology.py --team configs/coop_plan_execute.yaml \
+    .venv/bin/python -m scripts.experiments.topology --out runs/bench_topology
+    .venv/bin/python -m scripts.experiments.topology --team configs/coop_plan_execute.yaml \
         --init runs/coop --train-policies --out runs/bench_topology_coop
 """
 
@@ -33,13 +33,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-# this folder holds games.py (a benchmark): put the project first so `games` is the package
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from marl.config import TeamConfig, load_config, load_config_text  # noqa: E402
 from marl.config.schema import DecodingConfig, RoleConfig, TopologyConfig  # noqa: E402
