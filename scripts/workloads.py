@@ -1,5 +1,6 @@
 """Workloads several scripts build the same way: a model host, positions of random play with
-their requests, and a recipe with its role's model and decoding swapped.
+their requests, a recipe with its role's model and decoding swapped, a recipe's training run in
+this process.
 
 Imports of torch and the library stay inside the functions, so a script that only starts child
 processes (``bench.engines``, ``bench.kuhn_step``) does not load them itself.
@@ -15,6 +16,7 @@ if TYPE_CHECKING:
     from marl.agents.hf import ModelHost
     from marl.agents.policy import Request
     from marl.config import TeamConfig
+    from marl.config.train import TrainConfig
     from marl.games.base import TextGame
 
 REPO = Path(__file__).resolve().parents[1]
@@ -78,3 +80,11 @@ def recipe(name: str, model: str, backend: str | None = None, **decoding: Any) -
     if backend is not None:
         changes["backend"] = backend
     return cfg.replace(roles=[role.replace(**changes)])
+
+
+def train_here(train: TrainConfig, steps: int, **changes: Any) -> TrainConfig:
+    """``train`` for ``steps`` steps in this process (no Ray, no time limit), with these fields
+    replaced: how the experiments train a recipe."""
+    return train.replace(
+        steps=steps, max_minutes=None, ray=train.ray.replace(enabled=False), **changes
+    )

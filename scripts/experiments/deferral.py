@@ -32,7 +32,7 @@ from marl.orchestrator.credit import Accuracy, held_out_tasks  # noqa: E402
 from marl.orchestrator.team import Team  # noqa: E402
 from marl.orchestrator.team.runtime import trained_parts  # noqa: E402
 from marl.train.trainer import Trainer  # noqa: E402
-from scripts.workloads import CONFIGS  # noqa: E402
+from scripts.workloads import CONFIGS, train_here  # noqa: E402
 
 COSTS = (0.0, 0.2, 0.5, 1.0, 1.5)
 
@@ -53,12 +53,11 @@ def deferring(
                 f"then answers for the team, which costs it {cost:g}.",
             )
         roles.append(r)
-    train = cfg.train.replace(
-        steps=steps,
+    train = train_here(
+        cfg.train,
+        steps,
         checkpoint_every=steps,
-        max_minutes=None,
         precision="fp32" if model is not None else cfg.train.precision,
-        ray=cfg.train.ray.replace(enabled=False),
     )
     return cfg.replace(roles=roles, train=train)
 

@@ -43,6 +43,7 @@ from marl.orchestrator.credit import (  # noqa: E402
     held_out_tasks,
 )
 from marl.train.trainer import Trainer  # noqa: E402
+from scripts.workloads import train_here  # noqa: E402
 
 TEAM = """\
 schema: marl-teams/v1
@@ -88,14 +89,13 @@ def team_config(
     cfg = load_config(path)
     assert cfg.train is not None, f"{path} has no train section"
     return cfg.replace(
-        train=cfg.train.replace(
+        train=train_here(
+            cfg.train,
+            steps,
             advantage=estimator,
             reward=reward or cfg.train.reward,
             reward_scales=scales,
             seed=seed,
-            steps=steps,
-            max_minutes=None,
-            ray=cfg.train.ray.replace(enabled=False),
         )
     )
 

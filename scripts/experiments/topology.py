@@ -46,6 +46,7 @@ from marl.orchestrator.team.runtime import trained_parts  # noqa: E402
 from marl.topologies import SPATIAL, Topology  # noqa: E402
 from marl.train.topology import LearnedGraph  # noqa: E402
 from marl.train.trainer import StepResult, Trainer  # noqa: E402
+from scripts.workloads import train_here  # noqa: E402
 
 #: task -> (holders in speaking order, the answerer last, with their system prompts; game kwargs)
 TEAMS: dict[str, tuple[list[tuple[str, str]], str]] = {
@@ -159,16 +160,15 @@ def recipe_team(args: argparse.Namespace) -> TeamConfig:
                 "baseline": "loo",
             },
         ),
-        train=cfg.train.replace(
+        train=train_here(
+            cfg.train,
+            args.updates,
             rollout="team",
             policies="train" if args.train_policies else "frozen",
-            steps=args.updates,
             group_size=args.graphs_per_task,
             groups_per_step=args.tasks_per_update,
             seed=args.seed,
             checkpoint_every=1000,
-            max_minutes=None,
-            ray=cfg.train.ray.replace(enabled=False),
         ),
     )
 
