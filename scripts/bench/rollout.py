@@ -233,6 +233,80 @@ def ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}x"
 
 
+def both(r: Rate | None) -> str:
+    return f"{r.tok_s:.1f} ({r.tok_cpu:.1f})" if r else "-"
+
+
+def both_ratio(x: Rate | None, y: Rate) -> str:
+    return f"{ratio(x.tok_s, y.tok_s)} ({ratio(x.tok_cpu, y.tok_cpu)})" if x else "-"
+
+
+def print_throughput(rows: list[tuple[int, Rate, Rate]], seq: Rate) -> None:
+    print(
+        "Tokens per wall-clock second (in brackets: per CPU-second of this process, all "
+        "threads; steadier when other jobs take the cores).\n"
+    )
+    print("| B | bare generate | engine, B games in flight | engine, whole run | sequential |")
+    print("|---|---|---|---|---|")
+    for b, bare, eng in rows:
+        print(f"| {b} | {both(bare)} | {both(eng.full)} | {both(eng)} | {both(seq)} |")
+    print(
+        "\n| B | engine (B in flight) / bare | engine (whole run) / bare | "
+        "engine (B in flight) / sequential | engine (whole run) / sequential | "
+        "bare / sequential |"
+    )
+    print("|---|---|---|---|---|---|")
+    for b, bare, eng in rows:
+        print(
+            f"| {b} | {both_ratio(eng.full, bare)} | {both_ratio(eng, bare)} | "
+            f"{both_ratio(eng.full, seq)} | {both_ratio(eng, seq)} | {both_ratio(bare, seq)} |"
+        )
+
+
+def print_details(args: argparse.Namespace, rows: list[tuple[int, Rate, Rate]], seq: Rate) -> None:
+    print(
+        f"\n- sequential: {seq.tokens} tokens in {seq.seconds:.1f} s over {seq.turns} turns "
+        f"({seq.tokens / seq.turns:.1f} tokens/turn), parse errors "
+        f"{seq.parse_errors}/{seq.turns}."
+    )
+    for b, bare, eng in rows:
+        full = (
+            f"; {eng.full.calls} steps with all {b} in flight: {eng.full.tokens} tokens in "
+            f"{eng.full.seconds:.1f} s"
+            if eng.full
+            else ""
+        )
+        print(
+            f"- B={b}: paired bare calls {bare.tokens} tokens in {bare.seconds:.1f} s; "
+            f"engine "
+            f"{args.waves * b} episodes, {eng.turns} turns, {eng.tokens} tokens in "
+            f"{eng.seconds:.1f} s, parse errors {eng.parse_errors}/{eng.turns}; batch per "
+            f"step {' '.join(map(str, eng.batches))}{full}."
+        )
+
+
+def print_memory(plain: dict, lora: dict) -> None:
+    print(
+        "\n| resident memory, fresh process (load + one generate per adapter) | VmRSS MiB "
+        "| peak VmHWM MiB | parameters |"
+    )
+    print("|---|---|---|---|")
+    print(
+        f"| one plain model | {plain['rss_kib'] / 1024:.0f} | "
+        f"{plain['hwm_kib'] / 1024:.0f} | {plain['params']:,} |"
+    )
+    print(
+        f"| one base + {len(ROLES)} LoRA role adapters ({', '.join(ROLES)}) | "
+        f"{lora['rss_kib'] / 1024:.0f} | {lora['hwm_kib'] / 1024:.0f} | "
+        f"{lora['params']:,} |"
+    )
+    print(
+        f"| ratio | {ratio(lora['rss_kib'], plain['rss_kib'])} | "
+        f"{ratio(lora['hwm_kib'], plain['hwm_kib'])} | "
+        f"{lora['params'] / plain['params']:.4f}x |"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -319,71 +393,10 @@ def main() -> None:
         f"the batched runs (its rate does not depend on B). Total runtime {total:.0f} s.\n"
     )
 
-    def both(r: Rate | None) -> str:
-        return f"{r.tok_s:.1f} ({r.tok_cpu:.1f})" if r else "-"
-
-    def both_ratio(x: Rate | None, y: Rate) -> str:
-        return f"{ratio(x.tok_s, y.tok_s)} ({ratio(x.tok_cpu, y.tok_cpu)})" if x else "-"
-
-    print(
-        "Tokens per wall-clock second (in brackets: per CPU-second of this process, all "
-        "threads; steadier when other jobs take the cores).\n"
-    )
-    print("| B | bare generate | engine, B games in flight | engine, whole run | sequential |")
-    print("|---|---|---|---|---|")
-    for b, bare, eng in rows:
-        print(f"| {b} | {both(bare)} | {both(eng.full)} | {both(eng)} | {both(seq)} |")
-    print(
-        "\n| B | engine (B in flight) / bare | engine (whole run) / bare | "
-        "engine (B in flight) / sequential | engine (whole run) / sequential | "
-        "bare / sequential |"
-    )
-    print("|---|---|---|---|---|---|")
-    for b, bare, eng in rows:
-        print(
-            f"| {b} | {both_ratio(eng.full, bare)} | {both_ratio(eng, bare)} | "
-            f"{both_ratio(eng.full, seq)} | {both_ratio(eng, seq)} | {both_ratio(bare, seq)} |"
-        )
-    print(
-        f"\n- sequential: {seq.tokens} tokens in {seq.seconds:.1f} s over {seq.turns} turns "
-        f"({seq.tokens / seq.turns:.1f} tokens/turn), parse errors "
-        f"{seq.parse_errors}/{seq.turns}."
-    )
-    for b, bare, eng in rows:
-        full = (
-            f"; {eng.full.calls} steps with all {b} in flight: {eng.full.tokens} tokens in "
-            f"{eng.full.seconds:.1f} s"
-            if eng.full
-            else ""
-        )
-        print(
-            f"- B={b}: paired bare calls {bare.tokens} tokens in {bare.seconds:.1f} s; "
-            f"engine "
-            f"{args.waves * b} episodes, {eng.turns} turns, {eng.tokens} tokens in "
-            f"{eng.seconds:.1f} s, parse errors {eng.parse_errors}/{eng.turns}; batch per "
-            f"step {' '.join(map(str, eng.batches))}{full}."
-        )
+    print_throughput(rows, seq)
+    print_details(args, rows, seq)
     if mem:
-        plain, lora = mem
-        print(
-            "\n| resident memory, fresh process (load + one generate per adapter) | VmRSS MiB "
-            "| peak VmHWM MiB | parameters |"
-        )
-        print("|---|---|---|---|")
-        print(
-            f"| one plain model | {plain['rss_kib'] / 1024:.0f} | "
-            f"{plain['hwm_kib'] / 1024:.0f} | {plain['params']:,} |"
-        )
-        print(
-            f"| one base + {len(ROLES)} LoRA role adapters ({', '.join(ROLES)}) | "
-            f"{lora['rss_kib'] / 1024:.0f} | {lora['hwm_kib'] / 1024:.0f} | "
-            f"{lora['params']:,} |"
-        )
-        print(
-            f"| ratio | {ratio(lora['rss_kib'], plain['rss_kib'])} | "
-            f"{ratio(lora['hwm_kib'], plain['hwm_kib'])} | "
-            f"{lora['params'] / plain['params']:.4f}x |"
-        )
+        print_memory(*mem)
 
 
 if __name__ == "__main__":
