@@ -484,31 +484,29 @@ def main() -> None:
     report(args, tm, load_start, load_end, versions)
 
 
+def wall(xs: list[Span]) -> list[float]:
+    return [x[0] for x in xs]
+
+
+def cpu(xs: list[Span]) -> list[float]:
+    return [x[1] for x in xs]
+
+
+row = "| {} | {} | {} | {} |".format
+med, mean = statistics.median, statistics.mean
+
+
 def report(args, tm: Timings, load_start, load_end, versions: dict[str, str]) -> None:
-    med, mean = statistics.median, statistics.mean
+    print_setup(args, load_start, load_end, versions)
+    print_whole_step(tm)
+    print_update(tm)
+    print_notes(tm)
 
-    def wall(xs: list[Span]) -> list[float]:
-        return [x[0] for x in xs]
 
-    def cpu(xs: list[Span]) -> list[float]:
-        return [x[1] for x in xs]
-
+def print_setup(args, load_start, load_end, versions: dict[str, str]) -> None:
     P, G, T = args.prompts, args.group, args.max_new_tokens
-    sides = (("trl", tm.trl_tokens, tm.trl_step), ("ours", tm.ours_tokens, tm.ours_step))
-    tps = {k: sum(tok) / sum(wall(xs)) for k, tok, xs in sides}
-    cps = {k: sum(tok) / sum(cpu(xs)) for k, tok, xs in sides}
-    pairs = [
-        (ot / ow[0]) / (tt / tw[0])
-        for ot, ow, tt, tw in zip(
-            tm.ours_tokens, tm.ours_step, tm.trl_tokens, tm.trl_step, strict=True
-        )
-    ]
-    trl_rest = [(s[0] - g[0], s[1] - g[1]) for s, g in zip(tm.trl_step, tm.trl_gen, strict=True)]
-    ours_gen = [(g[0] + s[0], g[1] + s[1]) for g, s in zip(tm.ours_gen, tm.ours_score, strict=True)]
-    n_upd = tm.update_tokens
     cmd = "OMP_WAIT_POLICY=PASSIVE .venv/bin/python -m scripts.bench.grpo_vs_trl"
     extra = " ".join(sys.argv[1:])
-    row = "| {} | {} | {} | {} |".format
     print("## GRPO step vs TRL\n")
     print(
         f"Machine: {os.cpu_count()}-core CPU ({platform.machine()}), no GPU, Python "
@@ -535,6 +533,20 @@ def report(args, tm: Timings, load_start, load_end, versions: dict[str, str]) ->
         'reward 1 if the completion contains the sum. "CPU s" is the process CPU time '
         "(all threads), a cross-check that does not count time other jobs hold the cores.\n"
     )
+
+
+def print_whole_step(tm: Timings) -> None:
+    sides = (("trl", tm.trl_tokens, tm.trl_step), ("ours", tm.ours_tokens, tm.ours_step))
+    tps = {k: sum(tok) / sum(wall(xs)) for k, tok, xs in sides}
+    cps = {k: sum(tok) / sum(cpu(xs)) for k, tok, xs in sides}
+    pairs = [
+        (ot / ow[0]) / (tt / tw[0])
+        for ot, ow, tt, tw in zip(
+            tm.ours_tokens, tm.ours_step, tm.trl_tokens, tm.trl_step, strict=True
+        )
+    ]
+    trl_rest = [(s[0] - g[0], s[1] - g[1]) for s, g in zip(tm.trl_step, tm.trl_gen, strict=True)]
+    ours_gen = [(g[0] + s[0], g[1] + s[1]) for g, s in zip(tm.ours_gen, tm.ours_score, strict=True)]
     print("| measurement | TRL `GRPOTrainer` | marl-teams | ours / TRL (speed) |")
     print("|---|---|---|---|")
     print(
@@ -593,6 +605,10 @@ def report(args, tm: Timings, load_start, load_end, versions: dict[str, str]) ->
             "",
         )
     )
+
+
+def print_update(tm: Timings) -> None:
+    n_upd = tm.update_tokens
     print(
         row(
             "**update alone** (TRL: the rest of its step after the reward; ours: on TRL's "
@@ -635,6 +651,9 @@ def report(args, tm: Timings, load_start, load_end, versions: dict[str, str]) ->
             "",
         )
     )
+
+
+def print_notes(tm: Timings) -> None:
     print()
     print(
         "Per-step wall seconds, TRL / ours: whole steps "
