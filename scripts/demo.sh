@@ -22,8 +22,8 @@ $BIN/marl eval exploitability configs/kuhn_selfplay.yaml --game kuhn_poker \
 $BIN/marl train configs/kuhn_selfplay.yaml --out "$OUT" --max-minutes "$MINUTES"
 $BIN/marl eval exploitability "$OUT" --game kuhn_poker --out "$OUT/after.json"
 $BIN/marl plot "$OUT"
-$BIN/python scripts/main_report.py tournament "$OUT" --games "$GAMES"
+$BIN/python -m scripts.main_report tournament "$OUT" --games "$GAMES"
 $BIN/marl tournament "$OUT/tournament.yaml" --out "$OUT/tournament"
-$BIN/python scripts/main_report.py summary "$OUT"
+$BIN/python -m scripts.main_report summary "$OUT"
 echo "main job done in $(( $(date +%s) - start )) s; report: $OUT/REPORT.md," \
      "$OUT/tournament/report.html, curves: $OUT/curves.png"

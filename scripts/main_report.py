@@ -1,7 +1,7 @@
 """The main job's last steps: a tournament file for a finished run, then the summary.
 
-    python scripts/main_report.py tournament RUN [--games N]  # writes RUN/tournament.yaml
-    python scripts/main_report.py summary RUN                 # writes RUN/REPORT.md
+    python -m scripts.main_report tournament RUN [--games N]  # writes RUN/tournament.yaml
+    python -m scripts.main_report summary RUN                 # writes RUN/REPORT.md
 
 The tournament seats the untrained model (the run's team file without adapters), up to three of
 the run's checkpoints (evenly spaced, the last one included) plus its best one, the random bot
@@ -15,15 +15,11 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import sys
 from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # scripts/ may shadow package names
-
-from marl.infra.layout import (  # noqa: E402
+from marl.infra.layout import (
     BEST,
     CHECKPOINTS,
     METRICS,

@@ -7,8 +7,8 @@ attention mask, so ``sdpa`` copies each KV head to every query head it serves; `
 reads them in place (``agents/attention.py``).  The two must agree (scores to 1e-4); the
 passes alternate, ``--repeats`` each, and the medians and per-pair ratios are printed.
 
-    .venv/bin/python scripts/bench/attention.py                      # SmolLM2-135M
-    .venv/bin/python scripts/bench/attention.py --model tiny-random --positions 16
+    .venv/bin/python -m scripts.bench.attention                      # SmolLM2-135M
+    .venv/bin/python -m scripts.bench.attention --model tiny-random --positions 16
 """
 
 from __future__ import annotations
@@ -19,44 +19,15 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import argparse  # noqa: E402
-import random  # noqa: E402
 import statistics  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
-from pathlib import Path  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
 warnings.filterwarnings("ignore")
 
 import torch  # noqa: E402
 
-from marl import games  # noqa: E402
-from marl.agents import Agent  # noqa: E402
-from marl.agents.hf import ModelHost  # noqa: E402
-from marl.agents.models import load_model  # noqa: E402
-
-
-def requests(n: int, seed: int) -> list:
-    """Requests at ``n`` distinct tic-tac-toe positions of random play, seats mixed."""
-    rng, seen, out = random.Random(seed), set(), []
-    agents = {
-        s: Agent(s, "player", None, mode="choice")  # type: ignore[arg-type]
-        for s in ("player_0", "player_1")
-    }
-    while len(out) < n:
-        env = games.make("tic_tac_toe")
-        env.reset(seed=rng.randrange(10**6))
-        for _ in range(rng.randrange(0, 7)):
-            if env.terminations[env.agent_selection]:
-                break
-            env.step(rng.choice(env.legal_actions()))
-        key = env.state_key()
-        if not env.terminations[env.agent_selection] and key not in seen:
-            seen.add(key)
-            out.append(agents[env.agent_selection].request(env, env.agent_selection))
-    return out
+from scripts.workloads import choice_requests, load_host, random_positions  # noqa: E402
 
 
 def main() -> None:
@@ -71,12 +42,13 @@ def main() -> None:
     )
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
-    host = ModelHost(*load_model(args.model))
+    host = load_host(args.model)
     host.add_adapter("player", r=16, alpha=32, targets=["q_proj", "k_proj", "v_proj", "o_proj"])
     for name, p in host.model.named_parameters():  # a trained-looking adapter
         if "lora_B" in name:
             torch.nn.init.normal_(p, std=0.01, generator=torch.Generator().manual_seed(0))
-    reqs = sorted(requests(args.positions, 0), key=lambda r: host.prompt_ids(r.messages)[0])
+    envs = random_positions("tic_tac_toe", args.positions, 0, moves=7, distinct=True)
+    reqs = sorted(choice_requests(envs), key=lambda r: host.prompt_ids(r.messages)[0])
     chunks, pairs = [[]], 0
     for r in reqs:
         if pairs + len(r.action_texts) > args.micro_batch:

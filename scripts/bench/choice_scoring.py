@@ -7,8 +7,8 @@ sequence through the full model (``sequence_logprobs`` on the flat pairs).  Both
 positions of the same games; the script checks they agree to 1e-4, then times each (no memo:
 weights are re-versioned before every call), for inference and for a forward + backward.
 
-    .venv/bin/python scripts/bench/choice_scoring.py            # SmolLM2-135M, Kuhn + tic-tac-toe
-    .venv/bin/python scripts/bench/choice_scoring.py --model tiny-random
+    .venv/bin/python -m scripts.bench.choice_scoring            # SmolLM2-135M, Kuhn + tic-tac-toe
+    .venv/bin/python -m scripts.bench.choice_scoring --model tiny-random
 """
 
 from __future__ import annotations
@@ -19,37 +19,15 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import argparse  # noqa: E402
-import random  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
-from pathlib import Path  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
 warnings.filterwarnings("ignore")
 
 import torch  # noqa: E402
 
-from marl import games  # noqa: E402
-from marl.agents import Agent  # noqa: E402
 from marl.agents.hf import ModelHost  # noqa: E402
-from marl.agents.models import load_model  # noqa: E402
-
-
-def positions(game: str, n: int, seed: int) -> list:
-    """``n`` decision points of random play, seats mixed (as a rollout batch holds them)."""
-    rng, out = random.Random(seed), []
-    while len(out) < n:
-        env = games.make(game)
-        env.reset(seed=rng.randrange(10**6))
-        for _ in range(rng.randrange(0, 4)):
-            if env.terminations[env.agent_selection]:
-                break
-            env.step(rng.choice(env.legal_actions()))
-        if not env.terminations[env.agent_selection]:
-            out.append(env)
-    return out
+from scripts.workloads import choice_requests, load_host, random_positions  # noqa: E402
 
 
 def timed(fn, grad: bool) -> float:
@@ -63,12 +41,7 @@ def timed(fn, grad: bool) -> float:
 
 def bench_game(host: ModelHost, game: str, n: int) -> None:
     """Check that both ways agree on ``n`` positions of ``game``, then time them."""
-    envs = positions(game, n, 0)
-    agents = [Agent(f"player_{i}", "player", None, mode="choice") for i in range(2)]  # type: ignore[arg-type]
-    reqs = [
-        agents[e.possible_agents.index(e.agent_selection)].request(e, e.agent_selection)
-        for e in envs
-    ]
+    reqs = choice_requests(random_positions(game, n, 0, moves=4))
     prompts = [host.prompt_ids(r.messages)[0] for r in reqs]
     cands = [[host.text_ids(t) for t in r.action_texts] for r in reqs]
     flat_p = [p for p, cs in zip(prompts, cands, strict=True) for _ in cs]
@@ -99,11 +72,11 @@ def bench_game(host: ModelHost, game: str, n: int) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--positions", type=int, default=8)
     args = ap.parse_args()
-    host = ModelHost(*load_model(args.model))
+    host = load_host(args.model)
     host.add_adapter("player", r=8, alpha=16)
     print(
         f"model {args.model}; {args.positions} positions per game; load "

@@ -19,9 +19,9 @@ tokens / wall time).
 then times the sync (``VLLMEngine.activate``), the first batch after it (a LoRA request loads
 its new adapter there) and a second batch on the same weights (the steady decode speed).
 
-    .venv/bin/python scripts/bench/engines.py                 # SmolLM2-135M, every engine
-    .venv/bin/python scripts/bench/engines.py --model tiny-random-vllm --rounds 1 --games 4
-    .venv/bin/python scripts/bench/engines.py --weight-sync        # merge vs LoRARequest
+    .venv/bin/python -m scripts.bench.engines                 # SmolLM2-135M, every engine
+    .venv/bin/python -m scripts.bench.engines --model tiny-random-vllm --rounds 1 --games 4
+    .venv/bin/python -m scripts.bench.engines --weight-sync        # merge vs LoRARequest
 """
 
 from __future__ import annotations
@@ -41,9 +41,7 @@ import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
-CONFIG = REPO / "configs" / "tictactoe_selfplay.yaml"
+from scripts.workloads import REPO, random_positions, recipe  # noqa: E402
 
 #: (label, backend, precision, engine options); the first is the baseline of every ratio.
 ENGINES = [
@@ -85,14 +83,16 @@ def memory() -> dict[str, float]:
 def roster(model: str, backend: str, precision: str, new_tokens: int, options: dict):
     """The tic-tac-toe team's role on ``backend``, built as a config would build it."""
     from marl.agents.builder import build_roster
-    from marl.config import load_config
 
-    cfg = load_config(CONFIG)
-    role = cfg.roles[0]
-    dec = role.decoding.replace(
-        mode="free", max_new_tokens=new_tokens, temperature=1.0, precision=precision
+    cfg = recipe(
+        "tictactoe_selfplay",
+        model,
+        backend,
+        mode="free",
+        max_new_tokens=new_tokens,
+        temperature=1.0,
+        precision=precision,
     )
-    cfg = cfg.replace(roles=[role.replace(model=model, backend=backend, decoding=dec)])
     if options:  # engine options the schema does not expose (benchmark variants only)
         from marl.agents import vllm_backend
 
@@ -105,22 +105,9 @@ def roster(model: str, backend: str, precision: str, new_tokens: int, options: d
     return build_roster(cfg, seed=0)
 
 
-def positions(n: int, seed: int = 0):
-    """``n`` tic-tac-toe positions after 0-4 random moves, with the agent to move."""
-    import random
-
-    from marl import games
-
-    rng = random.Random(seed)
-    out = []
-    while len(out) < n:
-        env = games.make("tic_tac_toe")
-        env.reset(seed=rng.randrange(2**31))
-        for _ in range(rng.randrange(5)):
-            env.step(rng.choice(env.legal_actions(env.agent_selection)))
-        if env.agents:
-            out.append((env, env.agent_selection))
-    return out
+def positions(n: int) -> list:
+    """``n`` tic-tac-toe positions after 0-4 random moves."""
+    return random_positions("tic_tac_toe", n, 0, moves=5, seed_bound=2**31)
 
 
 def run_engine(args: argparse.Namespace) -> dict:
@@ -131,7 +118,7 @@ def run_engine(args: argparse.Namespace) -> dict:
     )
     start = time.perf_counter() - t0
     agent = team.agents[0]
-    requests = [agent.request(env, a) for env, a in positions(args.batch)]
+    requests = [agent.request(env, env.agent_selection) for env in positions(args.batch)]
     agent.policy.act(requests)  # warm-up (first-call allocations, compiled graphs)
     rates = []
     for _ in range(args.rounds):
@@ -169,7 +156,7 @@ def run_sync(args: argparse.Namespace) -> dict:
         args.model, args.backend, args.precision, args.new_tokens, json.loads(args.options)
     )
     policy = team.agents[0].policy
-    requests = [team.agents[0].request(env, a) for env, a in positions(args.batch)]
+    requests = [team.agents[0].request(env, env.agent_selection) for env in positions(args.batch)]
     policy.act(requests)  # warm-up
     sync, first, steady = [], [], []
     for k in range(args.rounds):
@@ -221,7 +208,8 @@ def child(
 ) -> dict:
     cmd = [
         sys.executable,
-        __file__,
+        "-m",
+        "scripts.bench.engines",
         "--child",
         "--model",
         args.model,

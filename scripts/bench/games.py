@@ -3,7 +3,7 @@
 Each benchmark is a function registered with ``@benchmark(name)`` that returns table rows, so
 new ones (e.g. exploitability timings) are one decorated function each.
 
-    .venv/bin/python scripts/bench/games.py [--seconds 1.0] [--repeats 5] [--only NAME ...]
+    .venv/bin/python -m scripts.bench.games [--seconds 1.0] [--repeats 5] [--only NAME ...]
 """
 
 from __future__ import annotations
@@ -12,16 +12,12 @@ import argparse
 import os
 import platform
 import statistics
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from time import perf_counter
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from marl import games  # noqa: E402
+from marl import games
 
 Row = tuple[str, str]  # (measurement, value with unit)
 BENCHMARKS: list[tuple[str, Callable[[argparse.Namespace], list[Row]]]] = []
@@ -155,7 +151,7 @@ def main() -> None:
         f"{platform.python_version()}, load average at start {os.getloadavg()[0]:.2f}."
     )
     print(
-        f"Command: `.venv/bin/python scripts/bench/games.py --seconds {args.seconds} "
+        f"Command: `.venv/bin/python -m scripts.bench.games --seconds {args.seconds} "
         f"--repeats {args.repeats}` (medians; engines alternate within each repeat).\n"
     )
     print("| measurement | value |\n|---|---|")

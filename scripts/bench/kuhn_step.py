@@ -7,8 +7,8 @@ allocations, engine start-up), and the figures of the last step (rollout, update
 are printed next to the default engine's (transformers fp32) of the same run.  The free-text
 variants sample 24 new tokens at temperature 1.
 
-    .venv/bin/python scripts/bench/kuhn_step.py                 # SmolLM2-135M
-    .venv/bin/python scripts/bench/kuhn_step.py --model tiny-random-vllm --steps 2
+    .venv/bin/python -m scripts.bench.kuhn_step                 # SmolLM2-135M
+    .venv/bin/python -m scripts.bench.kuhn_step --model tiny-random-vllm --steps 2
 """
 
 from __future__ import annotations
@@ -27,9 +27,7 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
-CONFIG = REPO / "configs" / "kuhn_selfplay.yaml"
+from scripts.workloads import REPO, recipe  # noqa: E402
 
 #: (label, decoding mode, backend, rollout precision, learner precision)
 VARIANTS = [
@@ -43,15 +41,8 @@ VARIANTS = [
 
 
 def config(model: str, mode: str, backend: str, rollout: str, learner: str, steps: int):
-    from marl.config import load_config
-
-    cfg = load_config(CONFIG)
-    role = cfg.roles[0]
-    dec = role.decoding.replace(
-        mode=mode,
-        precision=rollout,
-        **({} if mode == "choice" else {"temperature": 1.0, "max_new_tokens": 24}),
-    )
+    sampling = {} if mode == "choice" else {"temperature": 1.0, "max_new_tokens": 24}
+    cfg = recipe("kuhn_selfplay", model, backend, mode=mode, precision=rollout, **sampling)
     games = {"group_size": 8, "groups_per_step": 16 if mode == "choice" else 8}
     train = cfg.train.replace(
         steps=steps,
@@ -61,9 +52,7 @@ def config(model: str, mode: str, backend: str, rollout: str, learner: str, step
         precision=learner,
         **games,
     )
-    return cfg.replace(
-        roles=[role.replace(model=model, backend=backend, decoding=dec)], train=train
-    )
+    return cfg.replace(train=train)
 
 
 def run_variant(args: argparse.Namespace) -> dict:
@@ -111,7 +100,8 @@ def main() -> None:
         label, mode, backend, rollout, learner = VARIANTS[k - 1]
         cmd = [
             sys.executable,
-            __file__,
+            "-m",
+            "scripts.bench.kuhn_step",
             "--child",
             "--model",
             args.model,

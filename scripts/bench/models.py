@@ -3,7 +3,7 @@
 Each measurement runs in a fresh interpreter (so "first call" really is first) against a
 throwaway MARL_HOME. Prints a markdown section for docs/benchmarks.md.
 
-    .venv/bin/python scripts/bench/models.py [--repeats 3]
+    .venv/bin/python -m scripts.bench.models [--repeats 3]
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from scripts.workloads import REPO
+
 QUESTION = "What is 2+3? Answer with a number."
 
 _LOAD = """
@@ -94,6 +95,7 @@ def main() -> None:
         shutil.rmtree(home, ignore_errors=True)
 
     med = statistics.median
+    cached_s = med(c["load_s"] for c in cached)
     print("## Model loading\n")
     print(
         f"Machine: {os.cpu_count()}-core CPU ({platform.machine()}), Python "
@@ -101,7 +103,7 @@ def main() -> None:
         f"{load_avg[0]:.2f} (other jobs share the cores). OMP_WAIT_POLICY=PASSIVE."
     )
     print(
-        "Command: `.venv/bin/python scripts/bench/models.py` "
+        "Command: `.venv/bin/python -m scripts.bench.models` "
         f"(fresh interpreter per measurement, medians of {args.repeats}).\n"
     )
     print("| measurement | seconds |")
@@ -110,12 +112,9 @@ def main() -> None:
         f"| smollm2-135m-instruct first call: GGUF -> safetensors conversion + verification "
         f"(`load_model`, after imports) | {first['load_s']:.1f} |"
     )
+    print(f"| smollm2-135m-instruct cached load (`load_model`, after imports) | {cached_s:.2f} |")
     print(
-        f"| smollm2-135m-instruct cached load (`load_model`, after imports) | "
-        f"{med(c['load_s'] for c in cached):.2f} |"
-    )
-    print(
-        f"| `import torch, transformers, agents.models` | "
+        f"| `import torch, transformers, marl.agents.models` | "
         f"{med(c['import_s'] for c in cached):.2f} |"
     )
     print(
@@ -129,7 +128,11 @@ def main() -> None:
     )
     print(f"| tiny-random build, warm | {med(t['build_s'] for t in tiny):.3f} |")
     print(f"| tiny-random 32 sampled tokens, warm | {med(t['generate32_s'] for t in tiny):.3f} |")
-    print(f"\nCache size: {size_mb:.0f} MB (float32 safetensors + tokenizer).")
+    print(
+        f"\nCached load against the first call (the baseline): "
+        f"{first['load_s'] / cached_s:.1f}x faster."
+    )
+    print(f"Cache size: {size_mb:.0f} MB (float32 safetensors + tokenizer).")
     print(
         f'\n`marl chat "{QUESTION}"` answers: `{chat_answer}` '
         f"(first in-process answer: `{first['answer']}`)."

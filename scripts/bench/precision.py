@@ -13,8 +13,8 @@ The configurations alternate within each of ``--rounds`` rounds (the cores are s
 load drifts), with the same seeds in every configuration; every ratio is against the fp32
 baseline of this run.  The load average is printed with the figures.
 
-    .venv/bin/python scripts/bench/precision.py              # tiny-random: plumbing check
-    .venv/bin/python scripts/bench/precision.py --smollm2    # the figures in docs/benchmarks.md
+    .venv/bin/python -m scripts.bench.precision              # tiny-random: plumbing check
+    .venv/bin/python -m scripts.bench.precision --smollm2    # the figures in docs/benchmarks.md
 """
 
 from __future__ import annotations
@@ -26,14 +26,11 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import argparse  # noqa: E402
 import random  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
 from collections import defaultdict  # noqa: E402
-from pathlib import Path  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
+from scripts.workloads import load_host  # noqa: E402
 
 RULES = (
     "Kuhn poker is played with three cards: Jack, Queen and King. Each player antes one "
@@ -93,12 +90,11 @@ def main() -> None:
     warnings.filterwarnings("ignore")
     import torch
 
-    from marl.agents.hf import ModelHost, _common_prefix
-    from marl.agents.models import load_model
+    from marl.agents.hf import _common_prefix
     from marl.train.learner import Learner, TrainItem
 
     model = "smollm2-135m-instruct" if args.smollm2 else "tiny-random"
-    host = ModelHost(*load_model(model))
+    host = load_host(model)
     host.add_adapter("player", seed=0)
     batch = prompts(host, args.batch, seed=0)
     lens = [len(p) for p in batch]

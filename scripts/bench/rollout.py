@@ -15,8 +15,8 @@ Throughput is completion tokens (up to and including end-of-sequence, as the eng
 them) divided by wall time.  Memory is the resident set (VmRSS) of fresh interpreters: one plain
 model vs the same base with four LoRA role adapters.
 
-    .venv/bin/python scripts/bench/rollout.py                        # SmolLM2-135M, B = 8, 32
-    .venv/bin/python scripts/bench/rollout.py --model tiny-random    # quick plumbing check
+    .venv/bin/python -m scripts.bench.rollout                        # SmolLM2-135M, B = 8, 32
+    .venv/bin/python -m scripts.bench.rollout --model tiny-random    # quick plumbing check
 """
 
 from __future__ import annotations
@@ -35,17 +35,14 @@ import sys  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
-from pathlib import Path  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
-CONFIG = REPO / "configs" / "tictactoe_selfplay.yaml"
+from scripts.workloads import REPO, recipe  # noqa: E402
+
 ROLES = ("planner", "critic", "solver", "judge")
 
 _MEMORY = """
-import json, os, sys, warnings
+import json, warnings
 warnings.filterwarnings("ignore")
-sys.path.insert(0, {repo!r})
 import torch
 from marl.agents.hf import ModelHost
 from marl.agents.models import load_model
@@ -99,7 +96,7 @@ class Rate:
 
 
 def measure_memory(model: str, roles: tuple[str, ...]) -> dict:
-    code = _MEMORY.format(repo=str(REPO), model=model, roles=roles)
+    code = _MEMORY.format(model=model, roles=roles)  # run in REPO: its marl is imported
     out = subprocess.run(
         [sys.executable, "-c", code],
         cwd=REPO,
@@ -113,13 +110,8 @@ def measure_memory(model: str, roles: tuple[str, ...]) -> dict:
 
 def build(model: str, max_new_tokens: int, seed: int):
     from marl.agents.builder import build_roster
-    from marl.config import load_config
 
-    cfg = load_config(CONFIG)
-    role = cfg.roles[0]
-    dec = role.decoding.model_copy(update={"mode": "free", "max_new_tokens": max_new_tokens})
-    role = role.model_copy(update={"model": model, "decoding": dec})
-    cfg = cfg.model_copy(update={"roles": [role]})
+    cfg = recipe("tictactoe_selfplay", model, mode="free", max_new_tokens=max_new_tokens)
     return cfg, build_roster(cfg, seed=seed)
 
 
@@ -241,6 +233,80 @@ def ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}x"
 
 
+def both(r: Rate | None) -> str:
+    return f"{r.tok_s:.1f} ({r.tok_cpu:.1f})" if r else "-"
+
+
+def both_ratio(x: Rate | None, y: Rate) -> str:
+    return f"{ratio(x.tok_s, y.tok_s)} ({ratio(x.tok_cpu, y.tok_cpu)})" if x else "-"
+
+
+def print_throughput(rows: list[tuple[int, Rate, Rate]], seq: Rate) -> None:
+    print(
+        "Tokens per wall-clock second (in brackets: per CPU-second of this process, all "
+        "threads; steadier when other jobs take the cores).\n"
+    )
+    print("| B | bare generate | engine, B games in flight | engine, whole run | sequential |")
+    print("|---|---|---|---|---|")
+    for b, bare, eng in rows:
+        print(f"| {b} | {both(bare)} | {both(eng.full)} | {both(eng)} | {both(seq)} |")
+    print(
+        "\n| B | engine (B in flight) / bare | engine (whole run) / bare | "
+        "engine (B in flight) / sequential | engine (whole run) / sequential | "
+        "bare / sequential |"
+    )
+    print("|---|---|---|---|---|---|")
+    for b, bare, eng in rows:
+        print(
+            f"| {b} | {both_ratio(eng.full, bare)} | {both_ratio(eng, bare)} | "
+            f"{both_ratio(eng.full, seq)} | {both_ratio(eng, seq)} | {both_ratio(bare, seq)} |"
+        )
+
+
+def print_details(args: argparse.Namespace, rows: list[tuple[int, Rate, Rate]], seq: Rate) -> None:
+    print(
+        f"\n- sequential: {seq.tokens} tokens in {seq.seconds:.1f} s over {seq.turns} turns "
+        f"({seq.tokens / seq.turns:.1f} tokens/turn), parse errors "
+        f"{seq.parse_errors}/{seq.turns}."
+    )
+    for b, bare, eng in rows:
+        full = (
+            f"; {eng.full.calls} steps with all {b} in flight: {eng.full.tokens} tokens in "
+            f"{eng.full.seconds:.1f} s"
+            if eng.full
+            else ""
+        )
+        print(
+            f"- B={b}: paired bare calls {bare.tokens} tokens in {bare.seconds:.1f} s; "
+            f"engine "
+            f"{args.waves * b} episodes, {eng.turns} turns, {eng.tokens} tokens in "
+            f"{eng.seconds:.1f} s, parse errors {eng.parse_errors}/{eng.turns}; batch per "
+            f"step {' '.join(map(str, eng.batches))}{full}."
+        )
+
+
+def print_memory(plain: dict, lora: dict) -> None:
+    print(
+        "\n| resident memory, fresh process (load + one generate per adapter) | VmRSS MiB "
+        "| peak VmHWM MiB | parameters |"
+    )
+    print("|---|---|---|---|")
+    print(
+        f"| one plain model | {plain['rss_kib'] / 1024:.0f} | "
+        f"{plain['hwm_kib'] / 1024:.0f} | {plain['params']:,} |"
+    )
+    print(
+        f"| one base + {len(ROLES)} LoRA role adapters ({', '.join(ROLES)}) | "
+        f"{lora['rss_kib'] / 1024:.0f} | {lora['hwm_kib'] / 1024:.0f} | "
+        f"{lora['params']:,} |"
+    )
+    print(
+        f"| ratio | {ratio(lora['rss_kib'], plain['rss_kib'])} | "
+        f"{ratio(lora['hwm_kib'], plain['hwm_kib'])} | "
+        f"{lora['params'] / plain['params']:.4f}x |"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -327,71 +393,10 @@ def main() -> None:
         f"the batched runs (its rate does not depend on B). Total runtime {total:.0f} s.\n"
     )
 
-    def both(r: Rate | None) -> str:
-        return f"{r.tok_s:.1f} ({r.tok_cpu:.1f})" if r else "-"
-
-    def both_ratio(x: Rate | None, y: Rate) -> str:
-        return f"{ratio(x.tok_s, y.tok_s)} ({ratio(x.tok_cpu, y.tok_cpu)})" if x else "-"
-
-    print(
-        "Tokens per wall-clock second (in brackets: per CPU-second of this process, all "
-        "threads; steadier when other jobs take the cores).\n"
-    )
-    print("| B | bare generate | engine, B games in flight | engine, whole run | sequential |")
-    print("|---|---|---|---|---|")
-    for b, bare, eng in rows:
-        print(f"| {b} | {both(bare)} | {both(eng.full)} | {both(eng)} | {both(seq)} |")
-    print(
-        "\n| B | engine (B in flight) / bare | engine (whole run) / bare | "
-        "engine (B in flight) / sequential | engine (whole run) / sequential | "
-        "bare / sequential |"
-    )
-    print("|---|---|---|---|---|---|")
-    for b, bare, eng in rows:
-        print(
-            f"| {b} | {both_ratio(eng.full, bare)} | {both_ratio(eng, bare)} | "
-            f"{both_ratio(eng.full, seq)} | {both_ratio(eng, seq)} | {both_ratio(bare, seq)} |"
-        )
-    print(
-        f"\n- sequential: {seq.tokens} tokens in {seq.seconds:.1f} s over {seq.turns} turns "
-        f"({seq.tokens / seq.turns:.1f} tokens/turn), parse errors "
-        f"{seq.parse_errors}/{seq.turns}."
-    )
-    for b, bare, eng in rows:
-        full = (
-            f"; {eng.full.calls} steps with all {b} in flight: {eng.full.tokens} tokens in "
-            f"{eng.full.seconds:.1f} s"
-            if eng.full
-            else ""
-        )
-        print(
-            f"- B={b}: paired bare calls {bare.tokens} tokens in {bare.seconds:.1f} s; "
-            f"engine "
-            f"{args.waves * b} episodes, {eng.turns} turns, {eng.tokens} tokens in "
-            f"{eng.seconds:.1f} s, parse errors {eng.parse_errors}/{eng.turns}; batch per "
-            f"step {' '.join(map(str, eng.batches))}{full}."
-        )
+    print_throughput(rows, seq)
+    print_details(args, rows, seq)
     if mem:
-        plain, lora = mem
-        print(
-            "\n| resident memory, fresh process (load + one generate per adapter) | VmRSS MiB "
-            "| peak VmHWM MiB | parameters |"
-        )
-        print("|---|---|---|---|")
-        print(
-            f"| one plain model | {plain['rss_kib'] / 1024:.0f} | "
-            f"{plain['hwm_kib'] / 1024:.0f} | {plain['params']:,} |"
-        )
-        print(
-            f"| one base + {len(ROLES)} LoRA role adapters ({', '.join(ROLES)}) | "
-            f"{lora['rss_kib'] / 1024:.0f} | {lora['hwm_kib'] / 1024:.0f} | "
-            f"{lora['params']:,} |"
-        )
-        print(
-            f"| ratio | {ratio(lora['rss_kib'], plain['rss_kib'])} | "
-            f"{ratio(lora['hwm_kib'], plain['hwm_kib'])} | "
-            f"{lora['params'] / plain['params']:.4f}x |"
-        )
+        print_memory(*mem)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ One run, bounded in count and time:
   300 are held for the whole run;
 * ``/health`` is asked every 0.2 s throughout; its slowest answer is reported.
 
-    .venv/bin/python scripts/bench/serve_load.py
+    .venv/bin/python -m scripts.bench.serve_load
 """
 
 from __future__ import annotations
@@ -32,13 +32,14 @@ from pathlib import Path
 import httpx
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
+from scripts.workloads import CONFIGS, REPO
+
 HOST = "127.0.0.1"  # loopback only
 
 
 def write_tiny_team(folder: Path) -> Path:
     """The solver-critic-judge team on tiny-random, greedy, 12 new tokens a turn."""
-    data = yaml.safe_load((REPO / "configs" / "solver_critic_judge.yaml").read_text())
+    data = yaml.safe_load((CONFIGS / "solver_critic_judge.yaml").read_text())
     for role in data["roles"]:
         role.pop("adapter", None)
         role["model"] = "tiny-random"

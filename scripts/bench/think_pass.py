@@ -7,8 +7,8 @@ with gradients.  ``ModelHost.reasoned_stats`` reads both off one forward over ea
 scoring after it, two forwards over the same tokens.  The script samples the reasonings with
 SmolLM2 on Kuhn positions, checks both ways agree to 1e-4, then times forward + backward.
 
-    .venv/bin/python scripts/bench/think_pass.py                  # 16 decisions, 32 tokens
-    .venv/bin/python scripts/bench/think_pass.py --decisions 32 --model tiny-random
+    .venv/bin/python -m scripts.bench.think_pass                  # 16 decisions, 32 tokens
+    .venv/bin/python -m scripts.bench.think_pass --decisions 32 --model tiny-random
 """
 
 from __future__ import annotations
@@ -20,22 +20,16 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import argparse  # noqa: E402
 import statistics  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
-from pathlib import Path  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "scripts" / "bench"))
 warnings.filterwarnings("ignore")
 
 import torch  # noqa: E402
-from choice_scoring import positions  # noqa: E402
 
 from marl.agents import Agent  # noqa: E402
-from marl.agents.hf import HFPolicy, ModelHost  # noqa: E402
-from marl.agents.models import load_model  # noqa: E402
+from marl.agents.hf import HFPolicy  # noqa: E402
+from scripts.workloads import load_host, random_positions  # noqa: E402
 
 THINK_PROMPT = "Think briefly about your card and the bets so far, in a sentence or two."
 
@@ -48,7 +42,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
 
-    host = ModelHost(*load_model(args.model))
+    host = load_host(args.model)
     host.add_adapter("p", r=16, alpha=32, seed=0)
     policy = HFPolicy(
         host,
@@ -62,7 +56,7 @@ def main() -> None:
     agent = Agent("p", "player", policy, "You are a poker player in a game of kuhn_poker.", "think")
     requests = [
         agent.request(env, env.agent_selection)
-        for env in positions("kuhn_poker", args.decisions, seed=0)
+        for env in random_positions("kuhn_poker", args.decisions, 0, moves=4)
     ]
     t = time.perf_counter()
     responses = policy.act(requests)

@@ -13,7 +13,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from helpers import Saying, team_train
+from helpers import REPO, Saying, team_train
 from marl.agents.builder import RosterError, build_roster
 from marl.cli import app
 from marl.config import load_config_text
@@ -254,22 +254,24 @@ def test_marl_run_on_a_run_writes_transcripts_in_it(run: Path) -> None:
     assert "accuracy " in r.output
 
 
-# ----- the benchmarks' team modes
-BENCH = Path(__file__).parents[2] / "scripts" / "bench"
-
-
-def bench(script: str, *args: str) -> subprocess.CompletedProcess:
+# ----- the experiments' team modes
+def experiment(name: str, *args: str) -> subprocess.CompletedProcess:
+    """``python -m scripts.experiments.NAME ARGS`` from the repository root."""
     r = subprocess.run(
-        [sys.executable, str(BENCH / script), *args], capture_output=True, text=True, timeout=600
+        [sys.executable, "-m", f"scripts.experiments.{name}", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert r.returncode == 0, r.stderr[-2000:]
     return r
 
 
-def test_drmas_bench_trains_a_team_recipe_with_reward_scales(tmp_path: Path) -> None:
+def test_drmas_experiment_trains_a_team_recipe_with_reward_scales(tmp_path: Path) -> None:
     (tmp_path / "team.yaml").write_text(TEAM)
-    r = bench(
-        "drmas.py",
+    r = experiment(
+        "drmas",
         "--team",
         str(tmp_path / "team.yaml"),
         "--steps",
@@ -292,10 +294,10 @@ def test_drmas_bench_trains_a_team_recipe_with_reward_scales(tmp_path: Path) -> 
         assert cfg.train.reward_scales == {"planner": 0.1}
 
 
-def test_topology_bench_trains_a_recipe_team_with_a_helper(run: Path, tmp_path: Path) -> None:
+def test_topology_experiment_trains_a_recipe_team_with_a_helper(run: Path, tmp_path: Path) -> None:
     (tmp_path / "team.yaml").write_text(TEAM)
-    bench(
-        "topology.py",
+    experiment(
+        "topology",
         "--team",
         str(tmp_path / "team.yaml"),
         "--init",

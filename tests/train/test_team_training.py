@@ -14,7 +14,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from helpers import register_parity_task
+from helpers import REPO, register_parity_task
 from marl.cli import app
 from marl.config import TeamConfig, load_config, load_config_text
 from marl.orchestrator.team import Team
@@ -233,12 +233,12 @@ def test_the_learnable_example_team_trains_a_step(tmp_path: Path) -> None:
     assert {t.role for ep in res.episodes for t in ep.turns} <= {"solver", "critic", "judge"}
 
 
-def test_topology_benchmark_runs_on_the_tiny_model(tmp_path: Path) -> None:
-    script = Path(__file__).parents[2] / "scripts" / "bench" / "topology.py"
+def test_topology_experiment_runs_on_the_tiny_model(tmp_path: Path) -> None:
     r = subprocess.run(
         [
             sys.executable,
-            str(script),
+            "-m",
+            "scripts.experiments.topology",
             "--model",
             "tiny-random",
             "--updates",
@@ -254,6 +254,7 @@ def test_topology_benchmark_runs_on_the_tiny_model(tmp_path: Path) -> None:
             "--out",
             str(tmp_path),
         ],
+        cwd=REPO,
         capture_output=True,
         text=True,
         timeout=600,

@@ -10,8 +10,8 @@ state, plus optionally ``kappa`` x a logit pair per *public* state shared by all
 a crude stand-in for an LLM whose features barely tell the cards apart), and the league (half
 the games against snapshots taken every 5 steps, pool of 8, as configs/kuhn_selfplay.yaml).
 
-    .venv/bin/python scripts/bench/kuhn_tabular.py [--steps 80 --seeds 3]
-    .venv/bin/python scripts/bench/kuhn_tabular.py --table magnet --steps 800 --seeds 5
+    .venv/bin/python -m scripts.experiments.kuhn_tabular [--steps 80 --seeds 3]
+    .venv/bin/python -m scripts.experiments.kuhn_tabular --table magnet --steps 800 --seeds 5
 
 Figures are exact exploitability; each variant is also shown as a ratio to its baseline (the
 first variant with the same ``kappa``, measured in the same run with the same seeds).  The
@@ -27,25 +27,20 @@ from __future__ import annotations
 
 import argparse
 import random
-import sys
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 
-# this folder holds games.py (a benchmark): put the project first so `games` is the package
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+import numpy as np
+import torch
+from rich.console import Console
+from rich.table import Table
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
-
-from marl.config.train import TrainConfig  # noqa: E402
-from marl.games.analysis import exploitability, info_states  # noqa: E402
-from marl.games.registry import make  # noqa: E402
-from marl.train.advantages import Samples, make_estimator, remove_common_mode  # noqa: E402
-from marl.train.loss import exact_kl, grpo_loss, k3  # noqa: E402
-from marl.train.targets import (  # noqa: E402
+from marl.config.train import TrainConfig
+from marl.games.analysis import exploitability, info_states
+from marl.games.registry import make
+from marl.train.advantages import Samples, make_estimator, remove_common_mode
+from marl.train.loss import exact_kl, grpo_loss, k3
+from marl.train.targets import (
     action_values,
     fit,
     gauss_newton_fit,

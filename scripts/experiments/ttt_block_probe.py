@@ -8,7 +8,7 @@ over the legal cells (the policy's own prompt and choice scoring), and the held-
 ``pi(block)`` is printed as the fit goes.  No game outcome is involved: this bounds what the
 RL recipe can get from a given number of positions.
 
-    .venv/bin/python scripts/bench/ttt_block_probe.py --train 320 --epochs 3
+    .venv/bin/python -m scripts.experiments.ttt_block_probe --train 320 --epochs 3
 """
 
 from __future__ import annotations
@@ -20,13 +20,9 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import argparse  # noqa: E402
 import random  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
-from pathlib import Path  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
 warnings.filterwarnings("ignore")
 
 import torch  # noqa: E402
@@ -38,8 +34,9 @@ from marl.agents.precision import autocast  # noqa: E402
 from marl.config import load_config  # noqa: E402
 from marl.games.base import TextGame  # noqa: E402
 from marl.games.tictactoe import CROSS, NOUGHT, completing  # noqa: E402
+from scripts.workloads import CONFIGS  # noqa: E402
 
-CONFIG = REPO / "configs" / "tictactoe_vs_random.yaml"
+CONFIG = CONFIGS / "tictactoe_vs_random.yaml"
 
 
 def block_positions(n: int, seed: int) -> list[tuple[TextGame, list[int]]]:

@@ -15,8 +15,8 @@ For each seed and estimator we train and report
 
 Ratios are printed against the global baseline measured in the same run.
 
-    .venv/bin/python scripts/bench/drmas.py --model tiny-random --steps 40
-    .venv/bin/python scripts/bench/drmas.py --team configs/coop_plan_execute.yaml --steps 20 \
+    .venv/bin/python -m scripts.experiments.drmas --model tiny-random --steps 40
+    .venv/bin/python -m scripts.experiments.drmas --team configs/coop_plan_execute.yaml --steps 20 \
         --seeds 0 --scale planner=0.1 --out runs/drmas
 """
 
@@ -25,14 +25,11 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 from contextlib import nullcontext
 from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-# this folder holds games.py (a benchmark): put the project first so `games` is the package
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
@@ -46,6 +43,7 @@ from marl.orchestrator.credit import (  # noqa: E402
     held_out_tasks,
 )
 from marl.train.trainer import Trainer  # noqa: E402
+from scripts.workloads import train_here  # noqa: E402
 
 TEAM = """\
 schema: marl-teams/v1
@@ -91,14 +89,13 @@ def team_config(
     cfg = load_config(path)
     assert cfg.train is not None, f"{path} has no train section"
     return cfg.replace(
-        train=cfg.train.replace(
+        train=train_here(
+            cfg.train,
+            steps,
             advantage=estimator,
             reward=reward or cfg.train.reward,
             reward_scales=scales,
             seed=seed,
-            steps=steps,
-            max_minutes=None,
-            ray=cfg.train.ray.replace(enabled=False),
         )
     )
 

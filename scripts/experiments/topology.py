@@ -23,8 +23,8 @@ Goal: the learned graph's accuracy inside the complete graph's interval (or abov
 half its messages.  ``OUT/run`` is an ordinary run folder (metrics.jsonl, a checkpoint with
 topology.safetensors): ``marl plot``, ``marl topology show`` and ``marl export`` read it.
 
-    .venv/bin/python scripts/bench/topology.py --out runs/bench_topology
-    .venv/bin/python scripts/bench/topology.py --team configs/coop_plan_execute.yaml \
+    .venv/bin/python -m scripts.experiments.topology --out runs/bench_topology
+    .venv/bin/python -m scripts.experiments.topology --team configs/coop_plan_execute.yaml \
         --init runs/coop --train-policies --out runs/bench_topology_coop
 """
 
@@ -33,22 +33,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-# this folder holds games.py (a benchmark): put the project first so `games` is the package
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from marl.config import TeamConfig, load_config, load_config_text  # noqa: E402
 from marl.config.schema import DecodingConfig, RoleConfig, TopologyConfig  # noqa: E402
 from marl.orchestrator.credit import Accuracy, held_out_tasks  # noqa: E402
 from marl.orchestrator.team import Team  # noqa: E402
 from marl.orchestrator.team.runtime import trained_parts  # noqa: E402
-from marl.topologies import SPATIAL, Topology  # noqa: E402
+from marl.topologies import SPATIAL, LearnableTopology, Topology  # noqa: E402
 from marl.train.topology import LearnedGraph  # noqa: E402
 from marl.train.trainer import StepResult, Trainer  # noqa: E402
+from scripts.workloads import train_here  # noqa: E402
 
 #: task -> (holders in speaking order, the answerer last, with their system prompts; game kwargs)
 TEAMS: dict[str, tuple[list[tuple[str, str]], str]] = {
@@ -162,16 +160,15 @@ def recipe_team(args: argparse.Namespace) -> TeamConfig:
                 "baseline": "loo",
             },
         ),
-        train=cfg.train.replace(
+        train=train_here(
+            cfg.train,
+            args.updates,
             rollout="team",
             policies="train" if args.train_policies else "frozen",
-            steps=args.updates,
             group_size=args.graphs_per_task,
             groups_per_step=args.tasks_per_update,
             seed=args.seed,
             checkpoint_every=1000,
-            max_minutes=None,
-            ray=cfg.train.ray.replace(enabled=False),
         ),
     )
 
@@ -194,7 +191,7 @@ def evaluate(team: Team, topology: Topology, tasks: list) -> dict:
     }
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--task", choices=sorted(TEAMS), default="split_arithmetic")
     ap.add_argument("--team", help="a recipe YAML on a team task: its roles are the holders")
@@ -215,36 +212,33 @@ def main() -> None:
     ap.add_argument("--eval-tasks", type=int, default=60)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="runs/bench_topology")
-    args = ap.parse_args()
+    return ap.parse_args()
 
-    out = Path(args.out)
-    load_start = os.getloadavg()
-    cfg: TeamConfig = recipe_team(args) if args.team else load_config_text(team_yaml(args))
-    t0 = time.perf_counter()
-    trainer = Trainer(cfg, out / "run")
+
+def show(res: StepResult) -> None:
+    topo = res.metrics["topology"]
+    print(
+        f"update {res.step:3d}  score {topo['score']:.2f}  messages "
+        f"{topo['messages_per_task']:.2f}  utility {topo['utility']:.3f}  p "
+        + " ".join(f"{k}={v:.2f}" for k, v in topo["edge_probs"].items()),
+        flush=True,
+    )
+
+
+def train(cfg: TeamConfig, run: Path) -> tuple[LearnableTopology, int]:
+    """The graph (and with ``--train-policies`` the adapters) trained into ``run``, an ordinary
+    run folder (metrics.jsonl, a checkpoint ``marl export`` deploys); the learned graph's
+    edges and the number of updates."""
+    trainer = Trainer(cfg, run)
     graph = trainer.graph
     assert isinstance(graph, LearnedGraph)
+    trainer.fit(on_step=show)
+    return graph.lt, trainer.step
 
-    def show(res: StepResult) -> None:
-        topo = res.metrics["topology"]
-        print(
-            f"update {res.step:3d}  score {topo['score']:.2f}  messages "
-            f"{topo['messages_per_task']:.2f}  utility {topo['utility']:.3f}  p "
-            + " ".join(f"{k}={v:.2f}" for k, v in topo["edge_probs"].items()),
-            flush=True,
-        )
 
-    trainer.fit(on_step=show)  # OUT/run: metrics.jsonl, a checkpoint `marl export` deploys
-    train_s = time.perf_counter() - t0
-
-    lt = graph.lt
+def compare(team: Team, lt: LearnableTopology, tasks: list) -> dict[str, dict]:
+    """Each graph's held-out figures, with its ratios to the complete graph's."""
     holders = [a for a in lt.agents if not a.startswith("helper")]  # the answerer last
-    updates = trainer.step
-    del trainer  # its model hosts: the evaluation builds the run's final team
-    team = Team.from_config(
-        cfg.with_decoding(temperature=0.0), adapters=trained_parts(out / "run")[1]
-    )
-    tasks = held_out_tasks(cfg.game.name, cfg.game.kwargs, args.eval_tasks)
     graphs = {
         "complete": Topology(lt.agents, lt.candidates, final=lt.final, strict=False),
         "chain": Topology(lt.agents, chain(lt.agents), final=lt.final, strict=False),
@@ -260,7 +254,37 @@ def main() -> None:
         r["accuracy_ratio"] = r["accuracy"] / full["accuracy"] if full["accuracy"] else None
         r["messages_ratio"] = r["messages_per_task"] / full["messages_per_task"]
         r["tokens_ratio"] = r["tokens_per_task"] / full["tokens_per_task"]
-    learned = rows["learned"]
+    return rows
+
+
+def print_table(rows: dict[str, dict]) -> None:
+    print(
+        f"{'graph':10s} {'accuracy':>9s} {'95% CI':>13s} {'acc/full':>9s} {'msgs':>5s} "
+        f"{'msgs/full':>9s} {'tokens/full':>11s}  edges"
+    )
+    for name, r in rows.items():
+        ratio = "-" if r["accuracy_ratio"] is None else f"{r['accuracy_ratio']:.2f}"
+        print(
+            f"{name:10s} {r['accuracy']:9.3f} [{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}] "
+            f"{ratio:>9s} {r['messages_per_task']:5.2f} {r['messages_ratio']:9.2f} "
+            f"{r['tokens_ratio']:11.2f}  {', '.join(r['edges']) or '(none)'}"
+        )
+
+
+def main() -> None:
+    args = parse_args()
+    out = Path(args.out)
+    load_start = os.getloadavg()
+    cfg: TeamConfig = recipe_team(args) if args.team else load_config_text(team_yaml(args))
+    t0 = time.perf_counter()
+    lt, updates = train(cfg, out / "run")  # the trainer's model hosts are gone after it
+    train_s = time.perf_counter() - t0
+    team = Team.from_config(
+        cfg.with_decoding(temperature=0.0), adapters=trained_parts(out / "run")[1]
+    )
+    tasks = held_out_tasks(cfg.game.name, cfg.game.kwargs, args.eval_tasks)
+    rows = compare(team, lt, tasks)
+    full, learned = rows["complete"], rows["learned"]
     goal = (
         full["ci95"][0] <= learned["accuracy"] <= full["ci95"][1]
         or learned["accuracy"] >= full["accuracy"]
@@ -288,17 +312,7 @@ def main() -> None:
         f"{report['episodes_per_update']} episodes, lambda {args.cost_weight}/message, "
         f"{train_s / 60:.1f} min"
     )
-    print(
-        f"{'graph':10s} {'accuracy':>9s} {'95% CI':>13s} {'acc/full':>9s} {'msgs':>5s} "
-        f"{'msgs/full':>9s} {'tokens/full':>11s}  edges"
-    )
-    for name, r in rows.items():
-        ratio = "-" if r["accuracy_ratio"] is None else f"{r['accuracy_ratio']:.2f}"
-        print(
-            f"{name:10s} {r['accuracy']:9.3f} [{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}] "
-            f"{ratio:>9s} {r['messages_per_task']:5.2f} {r['messages_ratio']:9.2f} "
-            f"{r['tokens_ratio']:11.2f}  {', '.join(r['edges']) or '(none)'}"
-        )
+    print_table(rows)
     print(
         f"goal (learned accuracy within complete's CI or above, <= 50% of its messages): "
         f"{'met' if goal else 'not met'}; {os.cpu_count()} CPUs, load average (1 min) "

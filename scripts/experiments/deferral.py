@@ -8,8 +8,8 @@ never once c >= 1.  The table gives per cost the deferral rate of training's las
 steps, then the trained team's held-out accuracy (greedy, expert answers included) with its 95%
 Wilson interval, and the expert calls per held-out task.
 
-    .venv/bin/python scripts/bench/deferral.py --steps 60                 # SmolLM2 plan/execute
-    .venv/bin/python scripts/bench/deferral.py --model tiny-random --steps 1 --tasks 4  # plumbing
+    .venv/bin/python -m scripts.experiments.deferral --steps 60      # SmolLM2 plan/execute
+    .venv/bin/python -m scripts.experiments.deferral --model tiny-random --steps 1 --tasks 4
 """
 
 from __future__ import annotations
@@ -20,13 +20,10 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import argparse  # noqa: E402
-import sys  # noqa: E402
 import tempfile  # noqa: E402
 import warnings  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
 warnings.filterwarnings("ignore")
 
 from marl.config import TeamConfig, load_config  # noqa: E402
@@ -35,6 +32,7 @@ from marl.orchestrator.credit import Accuracy, held_out_tasks  # noqa: E402
 from marl.orchestrator.team import Team  # noqa: E402
 from marl.orchestrator.team.runtime import trained_parts  # noqa: E402
 from marl.train.trainer import Trainer  # noqa: E402
+from scripts.workloads import CONFIGS, train_here  # noqa: E402
 
 COSTS = (0.0, 0.2, 0.5, 1.0, 1.5)
 
@@ -55,19 +53,18 @@ def deferring(
                 f"then answers for the team, which costs it {cost:g}.",
             )
         roles.append(r)
-    train = cfg.train.replace(
-        steps=steps,
+    train = train_here(
+        cfg.train,
+        steps,
         checkpoint_every=steps,
-        max_minutes=None,
         precision="fp32" if model is not None else cfg.train.precision,
-        ray=cfg.train.ray.replace(enabled=False),
     )
     return cfg.replace(roles=roles, train=train)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--config", type=Path, default=REPO / "configs" / "coop_plan_execute.yaml")
+    ap.add_argument("--config", type=Path, default=CONFIGS / "coop_plan_execute.yaml")
     ap.add_argument("--role", default="planner", help="the role that may defer")
     ap.add_argument("--steps", type=int, required=True)
     ap.add_argument("--costs", type=float, nargs="+", default=COSTS)

@@ -1,0 +1,1 @@
+"""Research experiments: ``python -m scripts.experiments.NAME`` from the repository root."""
