@@ -43,7 +43,6 @@ UPWARD: set[tuple[str, str]] = {
 
 #: Files that still edit ``sys.path`` or reach private names; the list only gets shorter.
 UNTIDY: set[str] = {
-    "marl/cli/games.py",
     "marl/games/registry.py",
     "scripts/main_report.py",
     *(f"scripts/bench/{name}.py" for name in (
@@ -57,11 +56,6 @@ UNTIDY: set[str] = {
 #: A place that shrinks under the limit must leave this list, so it only ever gets shorter.
 OVERSIZED: dict[str, int] = {
     "marl/agents/hf.py:ModelHost": 575,
-    "marl/cli/play.py:play_cmd": 117,
-    "marl/cli/run.py:run_cmd": 70,
-    "marl/cli/train.py:eval_exploitability_cmd": 79,
-    "marl/cli/train.py:eval_against_cmd": 85,
-    "marl/cli/train.py:eval_team_cmd": 78,
     "marl/config/schema.py:cross_check": 75,
     "marl/orchestrator/export.py:export_run": 68,
     "marl/orchestrator/export.py:model_card": 100,
