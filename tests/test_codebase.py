@@ -67,8 +67,6 @@ OVERSIZED: dict[str, int] = {
     "marl/train/learner.py:Learner": 530,
     "marl/train/learner.py:_fit": 101,
     "marl/train/trainer.py:check_compatible": 86,
-    "marl/train/trainer.py:Trainer": 389,
-    "marl/train/trainer.py:_metrics": 78,
 }
 
 
