@@ -69,3 +69,11 @@ def guard(app: typer.Typer) -> None:
         info.callback = _guarded(info.callback)
     for group in app.registered_groups:
         guard(group.typer_instance)
+
+
+def write_json(out: str, data: dict[str, Any]) -> None:
+    """Write a command's result to ``--out`` as indented JSON, no partial file left on failure."""
+    import json
+
+    with writing(out, partial=Path(out)):
+        Path(out).write_text(json.dumps(data, indent=1))

@@ -17,63 +17,83 @@ if TYPE_CHECKING:
     from marl.config import TeamConfig
 
 
+Config = Annotated[str, typer.Argument(help="Team YAML file.")]
+Game = Annotated[str | None, typer.Option(help="Game (default: the config's).")]
+Episodes = Annotated[int, typer.Option(min=1, help="Games to play.")]
+Against = Annotated[
+    str | None,
+    typer.Option(
+        help="Opponent: a bot name (random, heuristic, optimal), a run (its latest "
+        "checkpoint), RUN/best, RUN/latest, a checkpoint or an exported team. Default: "
+        "self-play."
+    ),
+]
+Human = Annotated[
+    bool,
+    typer.Option("--human", help="You play against --against (default: the config's first role)."),
+]
+Seat = Annotated[
+    str | None,
+    typer.Option(help="With --human: the seat you take every game (default: seats alternate)."),
+]
+Seed = Annotated[int, typer.Option(help="First episode seed.")]
+Concurrency = Annotated[int, typer.Option(min=1, help="Games played at once.")]
+Out = Annotated[
+    str | None,
+    typer.Option(
+        help="Output folder for transcripts.jsonl, or a .jsonl file (default: runs/play-<time>/)."
+    ),
+]
+Mode = Annotated[
+    str | None,
+    typer.Option(
+        help="Decoding mode of every hf/vllm role: free or choice (default: each role's)."
+    ),
+]
+Temperature = Annotated[
+    float | None,
+    typer.Option(
+        min=0.0,
+        help="Sampling temperature of every hf/vllm role, 0 = greedy (default: each "
+        "role's; a choice-mode temperature is often too hot for free text).",
+    ),
+]
+
+
 def play_cmd(
-    config: Annotated[str, typer.Argument(help="Team YAML file.")],
-    game: Annotated[str | None, typer.Option(help="Game (default: the config's).")] = None,
-    episodes: Annotated[int, typer.Option(min=1, help="Games to play.")] = 10,
-    against: Annotated[
-        str | None,
-        typer.Option(
-            help="Opponent: a bot name (random, heuristic, optimal), a run (its latest "
-            "checkpoint), RUN/best, RUN/latest, a checkpoint or an exported team. Default: "
-            "self-play."
-        ),
-    ] = None,
-    human: Annotated[
-        bool,
-        typer.Option(
-            "--human", help="You play against --against (default: the config's first role)."
-        ),
-    ] = False,
-    seat: Annotated[
-        str | None,
-        typer.Option(help="With --human: the seat you take every game (default: seats alternate)."),
-    ] = None,
-    seed: Annotated[int, typer.Option(help="First episode seed.")] = 0,
-    concurrency: Annotated[int, typer.Option(min=1, help="Games played at once.")] = 16,
-    out: Annotated[
-        str | None,
-        typer.Option(
-            help="Output folder for transcripts.jsonl, or a .jsonl file (default: "
-            "runs/play-<time>/)."
-        ),
-    ] = None,
-    mode: Annotated[
-        str | None,
-        typer.Option(
-            help="Decoding mode of every hf/vllm role: free or choice (default: each role's)."
-        ),
-    ] = None,
-    temperature: Annotated[
-        float | None,
-        typer.Option(
-            min=0.0,
-            help="Sampling temperature of every hf/vllm role, 0 = greedy (default: each "
-            "role's; a choice-mode temperature is often too hot for free text).",
-        ),
-    ] = None,
+    config: Config,
+    game: Game = None,
+    episodes: Episodes = 10,
+    against: Against = None,
+    human: Human = False,
+    seat: Seat = None,
+    seed: Seed = 0,
+    concurrency: Concurrency = 16,
+    out: Out = None,
+    mode: Mode = None,
+    temperature: Temperature = None,
 ) -> None:
     """Play the team's game and print wins/draws/losses per seat and the parse-error rate;
     with --human, play it yourself against a bot or a trained agent."""
     quiet_transformers()
     from rich.console import Console
-    from rich.progress import Progress
 
+    cfg = _team(config, game, mode, temperature)
+    n_seats = _seats(config, cfg)
+    if against is None and not human:
+        against = _default_opponent(config, cfg, n_seats)
+    console = Console()
+    with writing(out or "runs"):
+        transcripts = transcript_file(out)
+    if human:
+        _play_human(cfg, against, episodes, seed, seat, transcripts, console)
+        return
+    _play_bots(cfg, against, n_seats, episodes, seed, concurrency, transcripts, console)
+
+
+def _team(config: str, game: str | None, mode: str | None, temperature: float | None) -> TeamConfig:
+    """The team file with ``--game``, ``--mode`` and ``--temperature`` applied, or exit 2."""
     from marl import games
-    from marl.agents.builder import build_roster
-    from marl.agents.models import ModelError
-    from marl.orchestrator.participants import ParticipantLoader
-    from marl.orchestrator.play import play, report_table
 
     cfg = load_team(config)
     if game is not None:
@@ -83,30 +103,55 @@ def play_cmd(
         cfg = cfg.with_game(game)
     if mode is not None and mode not in ("free", "choice"):
         fail(f"--mode must be free or choice, got {mode!r}")
-    cfg = cfg.with_decoding(mode=mode, temperature=temperature)
+    return cfg.with_decoding(mode=mode, temperature=temperature)
+
+
+def _seats(config: str, cfg: TeamConfig) -> int:
+    """The number of seats of the team's game, or exit 2 when its kwargs do not fit."""
+    from marl import games
+
     try:
-        n_seats = len(games.make_from_config(cfg.game).possible_agents)
+        return len(games.make_from_config(cfg.game).possible_agents)
     except (TypeError, ValueError) as exc:
         fail(f"{config}: game.kwargs {cfg.game.kwargs} do not fit {cfg.game.name}: {exc}")
+
+
+def _default_opponent(config: str, cfg: TeamConfig, n_seats: int) -> str | None:
+    """Self-play (None) when the team fills every seat, else the config's first league anchor."""
     n_agents = sum(r.count for r in cfg.roles)
-    if against is None and not human and n_agents < n_seats:
-        anchors = cfg.train.league.anchors if cfg.train is not None else []
-        if not anchors:
-            fail(
-                f"{config}: {n_agents} agent(s) for the {n_seats} seats of "
-                f"{cfg.game.name}: pass --against (a bot or a checkpoint) or --human"
-            )
-        against = anchors[0]
-        typer.echo(
-            f"playing against {against} (the config's first league anchor; --against to choose)",
-            err=True,
+    if n_agents >= n_seats:
+        return None
+    anchors = cfg.train.league.anchors if cfg.train is not None else []
+    if not anchors:
+        fail(
+            f"{config}: {n_agents} agent(s) for the {n_seats} seats of "
+            f"{cfg.game.name}: pass --against (a bot or a checkpoint) or --human"
         )
-    console = Console()
-    with writing(out or "runs"):
-        transcripts = transcript_file(out)
-    if human:
-        _play_human(cfg, against, episodes, seed, seat, transcripts, console)
-        return
+    typer.echo(
+        f"playing against {anchors[0]} (the config's first league anchor; --against to choose)",
+        err=True,
+    )
+    return anchors[0]
+
+
+def _play_bots(
+    cfg: TeamConfig,
+    against: str | None,
+    n_seats: int,
+    episodes: int,
+    seed: int,
+    concurrency: int,
+    transcripts: Path,
+    console: Console,
+) -> None:
+    """The team against itself or ``against`` in the other seats; the report table printed."""
+    from rich.progress import Progress
+
+    from marl.agents.builder import build_roster
+    from marl.agents.models import ModelError
+    from marl.orchestrator.participants import ParticipantLoader
+    from marl.orchestrator.play import play, report_table
+
     try:
         with console.status(f"Loading team {cfg.name}..."):
             roster = build_roster(cfg, seed=seed)

@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from marl.cli.common import fail, load_runtime_team, quiet_transformers
 
 if TYPE_CHECKING:
+    from marl.games.tasks import Task
     from marl.orchestrator.team import Team, TeamResult
 
 
@@ -46,29 +47,36 @@ def _tasks(team: Team, game: str, episodes: int, seed: int) -> list:
         fail(f"{game}: {exc}")
 
 
+TeamSource = Annotated[
+    str,
+    typer.Argument(
+        help="Team YAML (untrained), run folder, RUN/best, checkpoint or exported team folder."
+    ),
+]
+Prompt = Annotated[str | None, typer.Option("--task", help="A free prompt for the team.")]
+TaskName = Annotated[
+    str | None, typer.Option("--game", help="A cooperative task (e.g. plan_execute), scored.")
+]
+Episodes = Annotated[int, typer.Option(min=1, help="Tasks to play with --game.")]
+Seed = Annotated[
+    int, typer.Option(help="First task seed (held-out split); also seeds the team's sampling.")
+]
+Out = Annotated[
+    str | None,
+    typer.Option(
+        help="Folder for transcripts.jsonl (default RUN/transcripts/run-<time>, else "
+        "runs/run-<time>)."
+    ),
+]
+
+
 def run_cmd(
-    team: Annotated[
-        str,
-        typer.Argument(
-            help="Team YAML (untrained), run folder, RUN/best, checkpoint or exported team folder."
-        ),
-    ],
-    task: Annotated[str | None, typer.Option("--task", help="A free prompt for the team.")] = None,
-    game: Annotated[
-        str | None, typer.Option("--game", help="A cooperative task (e.g. plan_execute), scored.")
-    ] = None,
-    episodes: Annotated[int, typer.Option(min=1, help="Tasks to play with --game.")] = 1,
-    seed: Annotated[
-        int, typer.Option(help="First task seed (held-out split); also seeds the team's sampling.")
-    ] = 1_000_000_000,
-    out: Annotated[
-        str | None,
-        typer.Option(
-            help="Folder for transcripts.jsonl (default "
-            "RUN/transcripts/run-<time>, else "
-            "runs/run-<time>)."
-        ),
-    ] = None,
+    team: TeamSource,
+    task: Prompt = None,
+    game: TaskName = None,
+    episodes: Episodes = 1,
+    seed: Seed = 1_000_000_000,
+    out: Out = None,
 ) -> None:
     """Run a team on a prompt (--task) or on cooperative tasks (--game, --episodes): each
     node's message, the answer and, for tasks, the score and the accuracy."""
@@ -91,18 +99,7 @@ def run_cmd(
     folder.mkdir(parents=True, exist_ok=True)
     with (folder / "transcripts.jsonl").open("w", encoding="utf-8") as f:
         for i, (problem, result) in enumerate(zip(problems, results, strict=True)):
-            row = (
-                {"task": problem}
-                if isinstance(problem, str)
-                else {
-                    "game": problem.game,
-                    "seed": problem.seed,
-                    "question": problem.question,
-                    "private_views": dict(problem.private_views),
-                    "truth": problem.answer,
-                }
-            )
-            f.write(json.dumps({**row, **result.to_dict()}) + "\n")
+            f.write(json.dumps({**_problem_row(problem), **result.to_dict()}) + "\n")
             title = "task" if isinstance(problem, str) else f"{game} seed {problem.seed}"
             _show(result, f"--- {title} ({i + 1}/{len(problems)})")
             if result.score is not None:
@@ -116,6 +113,19 @@ def run_cmd(
             bold=True,
         )
     typer.echo(f"transcripts: {folder / 'transcripts.jsonl'}")
+
+
+def _problem_row(problem: str | Task) -> dict[str, Any]:
+    """A transcript row's head: the free prompt, or the task instance with its truth."""
+    if isinstance(problem, str):
+        return {"task": problem}
+    return {
+        "game": problem.game,
+        "seed": problem.seed,
+        "question": problem.question,
+        "private_views": dict(problem.private_views),
+        "truth": problem.answer,
+    }
 
 
 def register(app: typer.Typer) -> None:

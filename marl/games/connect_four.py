@@ -267,7 +267,7 @@ class Solver:
             g.winning_cells(cur | stone),
         )
 
-    def search(  # noqa: C901 (to split)
+    def search(
         self,
         cur: int,
         mask: int,
@@ -286,21 +286,12 @@ class Solver:
             return g.size - moves
         if moves >= g.size - 1 or depth <= 0:
             return 0  # the last stone cannot win any more, or the horizon: call it even
-        forced = possible & opp_wins
-        if forced:
-            if forced & (forced - 1):  # two threats: the opponent wins next move
-                return -(g.size - moves - 1)
-            possible = forced
-        candidates = possible & ~(opp_wins >> 1)  # never play under an opponent's winning cell
+        candidates = _non_losing(possible, opp_wins)
         if not candidates:
             return -(g.size - moves - 1)
-        # Only non-losing moves are searched, so the opponent cannot win on their next move.
-        lo, hi = -(g.size - moves - 2), g.size - moves - 2
         exact = depth >= g.size - moves
         key = cur + mask
-        if exact and key in self.table:
-            t_lo, t_hi = self.table[key]
-            lo, hi = max(lo, t_lo), min(hi, t_hi)
+        lo, hi = self._window(key, exact, moves)
         if lo >= beta or lo == hi:
             return lo
         if hi <= alpha:
@@ -313,19 +304,22 @@ class Solver:
             value = -self.search(opp, mask | stone, moves + 1, -b, -a, depth - 1, opp_wins, wins)
             if value > best:
                 best = value
-                if value > a:
-                    a = value
-                    if a >= b:
-                        break
+                a = max(a, value)
+                if a >= b:
+                    break
         if exact:
-            if best <= a0:
-                hi = min(hi, best)
-            elif best >= b:
-                lo = max(lo, best)
-            else:
-                lo = hi = best
-            self.table[key] = (lo, hi)
+            self.table[key] = _bounds(lo, hi, best, a0, b)
         return best
+
+    def _window(self, key: int, exact: bool, moves: int) -> tuple[int, int]:
+        """Bounds on the value; only non-losing moves are searched, so the opponent cannot win
+        on their next move.  Tightened by the table where the search is exact."""
+        g = self.geo
+        lo, hi = -(g.size - moves - 2), g.size - moves - 2
+        if exact and key in self.table:
+            t_lo, t_hi = self.table[key]
+            lo, hi = max(lo, t_lo), min(hi, t_hi)
+        return lo, hi
 
     def _ordered(self, cur: int, mask: int, candidates: int) -> list[tuple[int, int]]:
         """(stone, our winning cells after it), most new open threats first, then central."""
@@ -341,6 +335,26 @@ class Solver:
 
 
 @functools.cache
+def _non_losing(possible: int, opp_wins: int) -> int:
+    """Playable cells that do not lose at once: the one block if the opponent threatens a
+    cell, none if two, and never a cell right under an opponent's winning cell."""
+    forced = possible & opp_wins
+    if forced:
+        if forced & (forced - 1):  # two threats: the opponent wins next move
+            return 0
+        possible = forced
+    return possible & ~(opp_wins >> 1)
+
+
+def _bounds(lo: int, hi: int, best: int, alpha: int, beta: int) -> tuple[int, int]:
+    """What a fail-low (upper bound), fail-high (lower bound) or exact result tells the table."""
+    if best <= alpha:
+        return lo, min(hi, best)
+    if best >= beta:
+        return max(lo, best), hi
+    return best, best
+
+
 def solver(geo: Geometry) -> Solver:
     """One solver per board size per process, so its table is reused across games."""
     return Solver(geo)

@@ -16,7 +16,7 @@ A behaviour strategy is one flat vector ``sigma`` indexed by *slots* (one slot p
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -159,75 +159,103 @@ class GameTree:
         return float(v[0])
 
 
-def build_tree(root: TreeState) -> GameTree:
-    """Enumerate every history breadth first and index information states by key."""
-    parent, player, infoset, edge_action, edge_col, chance_prob = [-1], [], [], [-1], [0], [1.0]
-    utility: list[Sequence[float]] = []
-    children: list[dict[int, int]] = []
-    keys: dict[str, int] = {}
-    key_list: list[str] = []
-    infoset_player: list[int] = []
-    infoset_actions: list[list[int]] = []
-    infoset_depth: list[int] = []
-    depth = [0]
-    n_players = root.num_players
+@dataclass
+class _Enumeration:
+    """The per-node and per-infoset lists that the breadth-first enumeration grows."""
+
+    n_players: int
+    parent: list[int] = field(default_factory=lambda: [-1])
+    player: list[int] = field(default_factory=list)
+    infoset: list[int] = field(default_factory=list)
+    edge_action: list[int] = field(default_factory=lambda: [-1])
+    edge_col: list[int] = field(default_factory=lambda: [0])
+    chance_prob: list[float] = field(default_factory=lambda: [1.0])
+    depth: list[int] = field(default_factory=lambda: [0])
+    utility: list[Sequence[float]] = field(default_factory=list)
+    children: list[dict[int, int]] = field(default_factory=list)
+    keys: dict[str, int] = field(default_factory=dict)
+    key_list: list[str] = field(default_factory=list)
+    infoset_player: list[int] = field(default_factory=list)
+    infoset_actions: list[list[int]] = field(default_factory=list)
+    infoset_depth: list[int] = field(default_factory=list)
+
+    def visit(self, state: TreeState, node: int) -> tuple[list[tuple[int, float]], int]:
+        """Record ``node``'s mover, payoffs and infoset; return its (action, probability)
+        edges and the reach column they multiply."""
+        if state.is_terminal:
+            self.player.append(TERMINAL)
+            self.utility.append(tuple(state.returns()))
+            self.infoset.append(-1)
+            return [], -1
+        self.utility.append((0.0,) * self.n_players)
+        if state.is_chance:
+            self.player.append(CHANCE)
+            self.infoset.append(-1)
+            return state.chance_outcomes(), self.n_players
+        p = state.current_player
+        self.player.append(p)
+        legal = state.legal()
+        self.infoset.append(self._infoset(state.info_key(p), p, legal, self.depth[node]))
+        return [(a, 1.0) for a in legal], p
+
+    def _infoset(self, key: str, player: int, legal: list[int], depth: int) -> int:
+        """Index of the information state ``key``, new ones appended; every node of one
+        infoset must share its legal moves and its depth."""
+        if key not in self.keys:
+            self.keys[key] = len(self.key_list)
+            self.key_list.append(key)
+            self.infoset_player.append(player)
+            self.infoset_actions.append(legal)
+            self.infoset_depth.append(depth)
+        info = self.keys[key]
+        if self.infoset_actions[info] != legal or self.infoset_depth[info] != depth:
+            raise ValueError(f"info state {key!r} has inconsistent moves or depths")
+        return info
+
+
+def _enumerate(root: TreeState) -> _Enumeration:
+    """Every history, breadth first: the children of a node get consecutive indices."""
+    e = _Enumeration(root.num_players)
     frontier: list[TreeState] = [root]
     i = 0
     while i < len(frontier):  # the frontier list doubles as the BFS queue
         state = frontier[i]
+        moves, col = e.visit(state, i)
         kids: dict[int, int] = {}
-        info = -1
-        if state.is_terminal:
-            player.append(TERMINAL)
-            utility.append(tuple(state.returns()))
-            moves: list[tuple[int, float]] = []
-            col = -1
-        elif state.is_chance:
-            player.append(CHANCE)
-            utility.append((0.0,) * n_players)
-            moves, col = state.chance_outcomes(), n_players
-        else:
-            p = state.current_player
-            player.append(p)
-            utility.append((0.0,) * n_players)
-            legal = state.legal()
-            key = state.info_key(p)
-            if key not in keys:
-                keys[key] = len(key_list)
-                key_list.append(key)
-                infoset_player.append(p)
-                infoset_actions.append(legal)
-                infoset_depth.append(depth[i])
-            info = keys[key]
-            if infoset_actions[info] != legal or infoset_depth[info] != depth[i]:
-                raise ValueError(f"info state {key!r} has inconsistent moves or depths")
-            moves, col = [(a, 1.0) for a in legal], p
-        infoset.append(info)
         for action, prob in moves:
             kids[action] = len(frontier)
             frontier.append(state.apply(action))
-            parent.append(i)
-            edge_action.append(action)
-            edge_col.append(col)
-            chance_prob.append(prob)
-            depth.append(depth[i] + 1)
-        children.append(kids)
+            e.parent.append(i)
+            e.edge_action.append(action)
+            e.edge_col.append(col)
+            e.chance_prob.append(prob)
+            e.depth.append(e.depth[i] + 1)
+        e.children.append(kids)
         i += 1
+    return e
 
-    slot_start = np.cumsum([0] + [len(a) for a in infoset_actions])
-    slot_infoset = np.repeat(np.arange(len(key_list)), np.diff(slot_start)).astype(np.int64)
-    slot_action = np.array([a for acts in infoset_actions for a in acts], dtype=np.int64)
-    parent_arr = np.array(parent, dtype=np.int64)
-    player_arr = np.array(player, dtype=np.int64)
-    infoset_arr = np.array(infoset, dtype=np.int64)
-    edge_action_arr = np.array(edge_action, dtype=np.int64)
-    edge_slot = np.full(len(parent), -1, dtype=np.int64)
-    for node in range(1, len(parent)):
-        owner = infoset_arr[parent_arr[node]]
+
+def _edge_slots(e: _Enumeration, slot_start: np.ndarray) -> np.ndarray:
+    """[N] the slot of the player action leading to each node, -1 below chance and the root."""
+    edge_slot = np.full(len(e.parent), -1, dtype=np.int64)
+    for node in range(1, len(e.parent)):
+        owner = e.infoset[e.parent[node]]
         if owner >= 0:
-            acts = infoset_actions[owner]
-            edge_slot[node] = slot_start[owner] + acts.index(int(edge_action_arr[node]))
-    depth_arr = np.array(depth)
+            acts = e.infoset_actions[owner]
+            edge_slot[node] = slot_start[owner] + acts.index(int(e.edge_action[node]))
+    return edge_slot
+
+
+def build_tree(root: TreeState) -> GameTree:
+    """Enumerate every history breadth first and index information states by key."""
+    e = _enumerate(root)
+    slot_start = np.cumsum([0] + [len(a) for a in e.infoset_actions])
+    slot_infoset = np.repeat(np.arange(len(e.key_list)), np.diff(slot_start)).astype(np.int64)
+    slot_action = np.array([a for acts in e.infoset_actions for a in acts], dtype=np.int64)
+    parent_arr = np.array(e.parent, dtype=np.int64)
+    player_arr = np.array(e.player, dtype=np.int64)
+    infoset_arr = np.array(e.infoset, dtype=np.int64)
+    depth_arr = np.array(e.depth)
     levels = [
         _level(
             d,
@@ -235,32 +263,32 @@ def build_tree(root: TreeState) -> GameTree:
             parent_arr,
             player_arr,
             infoset_arr,
-            infoset_depth,
-            infoset_player,
+            e.infoset_depth,
+            e.infoset_player,
             slot_start,
-            n_players,
+            e.n_players,
         )
         for d in range(int(depth_arr.max()))
     ]
     return GameTree(
-        num_players=n_players,
+        num_players=e.n_players,
         parent=parent_arr,
         player=player_arr,
         infoset=infoset_arr,
-        edge_action=edge_action_arr,
-        edge_slot=edge_slot,
-        edge_col=np.array(edge_col, dtype=np.int64),
-        chance_prob=np.array(chance_prob),
-        utility=np.array(utility, dtype=np.float64),
-        children=children,
+        edge_action=np.array(e.edge_action, dtype=np.int64),
+        edge_slot=_edge_slots(e, slot_start),
+        edge_col=np.array(e.edge_col, dtype=np.int64),
+        chance_prob=np.array(e.chance_prob),
+        utility=np.array(e.utility, dtype=np.float64),
+        children=e.children,
         levels=levels,
-        infoset_keys=key_list,
-        infoset_player=np.array(infoset_player, dtype=np.int64),
-        infoset_actions=infoset_actions,
+        infoset_keys=e.key_list,
+        infoset_player=np.array(e.infoset_player, dtype=np.int64),
+        infoset_actions=e.infoset_actions,
         slot_start=slot_start.astype(np.int64),
         slot_infoset=slot_infoset,
         slot_action=slot_action,
-        key_index=keys,
+        key_index=e.keys,
     )
 
 

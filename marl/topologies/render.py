@@ -9,11 +9,14 @@ temporal edges (round t-1 -> t) dashed; the decision agent is outlined.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import networkx as nx
 
 from marl.topologies.graph import SPATIAL, TEMPORAL, Edge, Topology
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 
 class EdgeDistribution(Protocol):
@@ -98,6 +101,18 @@ def draw_png(obj: Drawable, path: str | Path, title: str | None = None, dpi: int
         node_size=1400,
     )
     nx.draw_networkx_labels(nodes, pos, ax=ax, font_size=9)
+    _draw_edges(ax, pos, edges)
+    if title:
+        ax.set_title(title)
+    path = Path(path)
+    fig.savefig(path, dpi=dpi, bbox_inches="tight")
+    return path
+
+
+def _draw_edges(
+    ax: Axes, pos: dict[str, tuple[float, float]], edges: dict[Edge, float | None]
+) -> None:
+    """Spatial edges solid, temporal ones dashed and bent further; labels where p is known."""
     for kind, style, color, bend in (
         (SPATIAL, "solid", "#222222", 0.25),
         (TEMPORAL, "dashed", "#2b6cb0", 0.5),
@@ -129,8 +144,3 @@ def draw_png(obj: Drawable, path: str | Path, title: str | None = None, dpi: int
                 font_color=color,
                 connectionstyle=f"arc3,rad={bend}",
             )
-    if title:
-        ax.set_title(title)
-    path = Path(path)
-    fig.savefig(path, dpi=dpi, bbox_inches="tight")
-    return path

@@ -21,16 +21,13 @@ exactly the steps it lost.
 from __future__ import annotations
 
 import importlib.util
-import math
 import random
-import shutil
 import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from marl import games
@@ -41,7 +38,7 @@ from marl.config import TeamConfig
 from marl.games.bots import bot_names
 from marl.games.tasks import make_task, task_names
 from marl.infra.actors import ActorPoolError
-from marl.infra.layout import BEST, checkpoint_dir, latest_checkpoint, point, sweep_orphans
+from marl.infra.layout import latest_checkpoint, sweep_orphans
 from marl.infra.seeds import derive_seed
 from marl.orchestrator.participants import ParticipantId
 from marl.orchestrator.team import TeamError, assign_views
@@ -52,13 +49,15 @@ from marl.train.advantages import (
     make_estimator,
     remove_common_mode,
 )
+from marl.train.best import BestCheckpoint
 from marl.train.checkpoint import load_checkpoint, save_checkpoint
 from marl.train.league import League
 from marl.train.learner import TrainItem
 from marl.train.loggers import open_loggers, unavailable
 from marl.train.magnet import Magnet
+from marl.train.metrics import StepMetrics
 from marl.train.runtime import LocalRuntime, RayRuntime, Runtime, trainable_hosts
-from marl.train.topology import deferral_rate, graph_strategy
+from marl.train.topology import graph_strategy
 from marl.train.workers import EpisodeSpec
 
 TRAINEE = ParticipantId.team(0)  # the agent that meets league opponents
@@ -223,7 +222,7 @@ class Trainer:
         self.graph = graph_strategy(cfg, team_rollout, self.tc.seed)
         self.step = 0
         self.bad_steps = 0
-        self.best: dict | None = None  # {"step", "exploitability"} of the best checkpoint
+        self.best = BestCheckpoint(run, self.tc.checkpoint_every)
         self.runtime: Runtime = runtime or (
             RayRuntime(cfg) if self.tc.ray.enabled else LocalRuntime(cfg)
         )
@@ -233,6 +232,9 @@ class Trainer:
             Magnet(self.tc.magnet, self.runtime.weights())
             if self.tc.magnet.alpha > 0 and self.trainable_roles
             else None
+        )
+        self.step_metrics = StepMetrics(
+            self.trainable_roles, self.tc.branch, self.defers, self.magnet is not None
         )
         ckpt = latest_checkpoint(run) if resume else None
         if ckpt is not None:
@@ -350,7 +352,7 @@ class Trainer:
         self.runtime.publish(weights, dict(self.league.snapshots))
         t4 = time.perf_counter()
         self._record_league(episodes, specs)
-        metrics = self._metrics(
+        metrics = self.step_metrics(
             step,
             episodes,
             samples,
@@ -390,85 +392,6 @@ class Trainer:
             theirs = next(s for s, p in spec.seating if p != TRAINEE)
             self.league.record(spec.opponent, ep.returns[mine] < ep.returns[theirs])
 
-    def _metrics(
-        self,
-        step: int,
-        episodes: list[Episode],
-        samples: Samples,
-        adv: Advantages,
-        stats: dict,
-        skipped: bool,
-        seconds: dict,
-    ) -> dict:
-        m: dict = {
-            "step": step,
-            "episodes": len(episodes),
-            "skipped": skipped,
-            "seconds": {k: round(v, 3) for k, v in seconds.items()},
-            "degenerate_groups": adv.degenerate,
-            "groups": adv.cells,
-        }
-        per_agent: dict[str, dict] = defaultdict(lambda: defaultdict(list))
-        for ep in episodes:
-            best = max(ep.returns.values())
-            for seat, name in ep.seats.items():
-                d = per_agent[f"{name}@{seat}"]
-                d["reward"].append(ep.returns[seat])
-                d["win"].append(
-                    float(
-                        ep.returns[seat] == best
-                        and sum(r == best for r in ep.returns.values()) == 1
-                    )
-                )
-        m["agents"] = {
-            k: {
-                "reward": float(np.mean(v["reward"])),
-                "win_rate": float(np.mean(v["win"])),
-                "games": len(v["reward"]),
-            }
-            for k, v in sorted(per_agent.items())
-        }
-        cells = defaultdict(list)
-        for a, v in zip(samples.agents, adv.values, strict=True):
-            cells[str(a)].append(v)
-        m["advantage"] = {
-            k: {"mean": float(np.mean(v)), "std": float(np.std(v))}
-            for k, v in sorted(cells.items())
-        }
-        turns = [t for ep in episodes for t in ep.turns if t.role in self.trainable_roles]
-        gen_tokens = sum(
-            len(t.completion_ids)
-            for t in turns
-            if t.candidate_ids is None or t.choice_prompt_ids is not None
-        )
-        m["parse_error_rate"] = float(np.mean([not t.parsed for t in turns])) if turns else 0.0
-        m["illegal_move_rate"] = (
-            float(np.mean([t.parsed and not t.legal for t in turns])) if turns else 0.0
-        )
-        m["format_penalties"] = sum(t.format_reward != 0 for t in turns)
-        m["tokens_per_s"] = gen_tokens / max(seconds["rollout"], 1e-9)
-        m["decisions"] = len(turns)
-        if self.tc.branch:
-            m["branches"] = self.tc.branch * sum(len(t.action_values or ()) for t in turns)
-        if self.defers:
-            m["deferral_rate"] = deferral_rate(episodes)
-        m["learner"] = {
-            k: {
-                "loss": s.loss,
-                "grad_norm": s.grad_norm,
-                "kl": s.kl,
-                "entropy": s.entropy,
-                "clip_frac": s.clip_frac,
-                "agent_grad_norms": s.agent_grad_norms,
-                "skipped": s.skipped,
-                **({} if s.mismatch is None else {"mismatch": s.mismatch}),
-                **({"kl_to_magnet": s.kl_magnet} if self.magnet is not None else {}),
-                **({} if s.fit_residual is None else {"fit_residual": s.fit_residual}),
-            }
-            for k, s in stats.items()
-        }
-        return m
-
     # ----- persistence
     def _state(self) -> dict:
         est = self.estimator
@@ -476,7 +399,7 @@ class Trainer:
             "league": self.league.state(),
             "bad_steps": self.bad_steps,
             "rae": est.baseline if isinstance(est, RoleBaseline) else None,
-            "best": self.best,
+            "best": self.best.record,
         }
 
     def checkpoint(self, metrics: dict | None = None) -> Path:
@@ -504,7 +427,7 @@ class Trainer:
         ck = load_checkpoint(path)
         self.step = ck.step
         self.bad_steps = ck.state.get("bad_steps", 0)
-        self.best = ck.state.get("best")
+        self.best.record = ck.state.get("best")
         self.league.load_state(ck.state["league"], ck.snapshots)
         if isinstance(self.estimator, RoleBaseline) and ck.state.get("rae"):
             self.estimator.baseline = dict(ck.state["rae"])
@@ -516,28 +439,6 @@ class Trainer:
         # the loggers drop what they hold after the checkpoint (those steps are replayed) and
         # write its own line if the kill came before it was logged
         self.ckpt_metrics = ck.state.get("metrics")
-
-    def _improved(self, metrics: dict) -> dict | None:
-        """If this step's exact evaluation is the best so far, the previous best (or an empty
-        dict): the step is then checkpointed and ``RUN/best`` names it, since in self-play the
-        last iterate need not be the best."""
-        value = metrics.get("eval", {}).get("exploitability")
-        if (
-            value is None
-            or not math.isfinite(value)
-            or (self.best is not None and value >= self.best["exploitability"])
-        ):
-            return None
-        previous, self.best = self.best or {}, {"step": self.step, "exploitability": value}
-        return previous
-
-    def _keep_best(self, path: Path, previous: dict) -> None:
-        """Point ``RUN/best`` at ``path``; drop the superseded best checkpoint if it was
-        written only for being the best (off the ``checkpoint_every`` schedule)."""
-        point(self.run_dir, BEST, path)
-        step = previous.get("step")
-        if step is not None and step % self.tc.checkpoint_every != 0:
-            shutil.rmtree(checkpoint_dir(self.run_dir, step), ignore_errors=True)
 
     # ----- the loop
     def fit(self, on_step: Callable[[StepResult], None] | None = None) -> list[dict]:
@@ -557,13 +458,13 @@ class Trainer:
                 if last and self.exact_eval and "eval" not in res.metrics:
                     # a time budget ended the run: its final policy gets its figure too
                     res.metrics["eval"] = {"exploitability": self.runtime.exploitability()}
-                previous_best = self._improved(res.metrics)
+                previous_best = self.best.improved(res.metrics, self.step)
                 improved = previous_best is not None
                 if not stop and (self.step % tc.checkpoint_every == 0 or last or improved):
                     t = time.perf_counter()
                     path = self.checkpoint(res.metrics)
                     if improved:
-                        self._keep_best(path, previous_best)
+                        self.best.keep(path, previous_best)
                     res.metrics["seconds"]["checkpoint"] = round(time.perf_counter() - t, 3)
                 for lg in loggers:
                     lg.log(res.metrics)
