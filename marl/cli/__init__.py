@@ -7,7 +7,7 @@ One module per command group, registered here in the order ``marl --help`` lists
 - :mod:`marl.cli.games`: ``games list`` (every game: seats, kind, arguments, exact evaluation);
 - :mod:`marl.cli.play`: ``play`` a team's game against itself, a bot, a checkpoint or you;
 - :mod:`marl.cli.train`: ``train`` with multi-agent GRPO, ``plot`` a run;
-- :mod:`marl.cli.eval`: ``eval exploitability``, ``eval against``, ``eval population``,
+- :mod:`marl.cli.evaluate`: ``eval exploitability``, ``eval against``, ``eval population``,
   ``eval team`` (credit and specialisation);
 - :mod:`marl.cli.run`: ``run`` a team on a prompt or on cooperative tasks;
 - :mod:`marl.cli.tournament`: ``tournament`` (play, resume, rate, report);
@@ -26,7 +26,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import typer  # noqa: E402
 
-from marl.cli import configs, eval, games, models, play, run, team, tournament, train  # noqa: E402
+from marl.cli import configs, evaluate, games, models, play, run, team, tournament, train  # noqa: E402
 from marl.cli.errors import guard  # noqa: E402
 
 app = typer.Typer(
@@ -34,7 +34,7 @@ app = typer.Typer(
     add_completion=False,
     help="marl-teams: teams of LLM agents that learn together.",
 )
-for group in (configs, models, games, play, train, eval, run, tournament, team):
+for group in (configs, models, games, play, train, evaluate, run, tournament, team):
     group.register(app)
 guard(app)  # a full disk or a read-only folder: one `error:` line, exit 2
 
