@@ -26,7 +26,7 @@ def build_tiny_host(*adapters: str, dtype=None, seed: int = 0, perturb: bool = F
     a generator seeded ``seed``), so that checks run through the adapter's path."""
     import torch
 
-    from marl.agents.hf import ModelHost
+    from marl.agents.host import ModelHost
     from marl.agents.models import load_model
 
     host = ModelHost(*load_model("tiny-random", dtype=dtype or torch.float32))

@@ -56,7 +56,6 @@ UNTIDY: set[str] = {
 #: Library places still over the size limits, each to be split (name: lines when listed).
 #: A place that shrinks under the limit must leave this list, so it only ever gets shorter.
 OVERSIZED: dict[str, int] = {
-    "marl/agents/hf.py:ModelHost": 575,
     "marl/cli/play.py:play_cmd": 117,
     "marl/cli/run.py:run_cmd": 70,
     "marl/cli/train.py:eval_exploitability_cmd": 79,

@@ -34,7 +34,7 @@ from functools import partial
 
 import torch
 
-from marl.agents.hf import ModelHost
+from marl.agents.host import ModelHost
 from marl.agents.policy import scale_temperature
 from marl.agents.precision import autocast
 from marl.config import TeamConfig
@@ -195,13 +195,8 @@ class Learner:
         self.clip_low, self.clip_high, self.kl, self.entropy = clip_low, clip_high, kl, entropy
         self.dual_clip = dual_clip
         self.max_grad_norm, self.micro_batch = max_grad_norm, micro_batch
-        named = [
-            (n, p)
-            for n, p in host.model.named_parameters()
-            if "lora_" in n and any(f".{a}." in n for a in self.adapters)
-        ]
-        self.params = [p for _, p in named]
-        self.adapter_params = {a: [p for n, p in named if f".{a}." in n] for a in self.adapters}
+        self.params = host.adapter_parameters(*self.adapters)
+        self.adapter_params = {a: host.adapter_parameters(a) for a in self.adapters}
         if not self.params:
             raise ValueError(f"no LoRA parameters found for adapters {self.adapters}")
         for p in self.params:
@@ -220,7 +215,7 @@ class Learner:
         """``<role>@magnet`` per adapter, with its settings and (at first) its weights."""
         start = self.weights()
         for a in self.adapters:
-            conf = self.host.model.peft_config[a]
+            conf = self.host.adapter_config(a)
             self.host.add_adapter(
                 magnet_adapter(a),
                 r=conf.r,

@@ -34,7 +34,7 @@ import torch  # noqa: E402
 
 from marl import games  # noqa: E402
 from marl.agents import Agent  # noqa: E402
-from marl.agents.hf import ModelHost  # noqa: E402
+from marl.agents.host import ModelHost  # noqa: E402
 from marl.agents.models import load_model  # noqa: E402
 
 

@@ -33,7 +33,7 @@ import torch  # noqa: E402
 
 from marl import games  # noqa: E402
 from marl.agents import Agent  # noqa: E402
-from marl.agents.hf import ModelHost  # noqa: E402
+from marl.agents.host import ModelHost  # noqa: E402
 from marl.agents.models import load_model  # noqa: E402
 
 
@@ -75,7 +75,7 @@ def bench_game(host: ModelHost, game: str, n: int) -> None:
     flat_c = [c for cs in cands for c in cs]
 
     def tree():
-        host._memo.clear()  # never served from memory
+        host.clear_score_memo()  # never served from memory
         return host.candidate_scores(prompts, cands)
 
     def flat():

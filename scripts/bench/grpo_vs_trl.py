@@ -186,8 +186,7 @@ def main() -> None:  # noqa: C901 (to split)
     import transformers
     from transformers import TrainerCallback
 
-    import marl.agents.hf
-    from marl.agents.hf import ModelHost
+    from marl.agents.host import ModelHost
     from marl.agents.models import load_model, model_cache_dir
     from marl.agents.policy import Request
     from marl.agents.precision import autocast, weights_dtype
@@ -296,15 +295,13 @@ def main() -> None:  # noqa: C901 (to split)
     def timed_update(items: list[TrainItem], shared_head: bool = True) -> Span:
         """``Learner.update``; ``shared_head=False`` turns off ``ModelHost.sequence_stats``'s
         one-pass computation of the prompts' common head (it runs every row in full, as TRL)."""
-        common_prefix = marl.agents.hf._common_prefix
-        if not shared_head:
-            marl.agents.hf._common_prefix = lambda seqs: 0
+        host.share_prefix = shared_head
         try:
             t = now()
             learner.update(items)
             return since(t)
         finally:
-            marl.agents.hf._common_prefix = common_prefix
+            host.share_prefix = True
 
     # ----- TRL, on the same cached model folder
     dataset = datasets.Dataset.from_list(

@@ -93,7 +93,8 @@ def main() -> None:
     warnings.filterwarnings("ignore")
     import torch
 
-    from marl.agents.hf import ModelHost, _common_prefix
+    from marl.agents.host import ModelHost
+    from marl.agents.host.prefill import common_prefix
     from marl.agents.models import load_model
     from marl.train.learner import Learner, TrainItem
 
@@ -105,7 +106,7 @@ def main() -> None:
     print(
         f"model {model}, threads {torch.get_num_threads()}, load average "
         f"{os.getloadavg()}; {len(batch)} prompts of {min(lens)}-{max(lens)} tokens, "
-        f"shared head {_common_prefix(batch)}"
+        f"shared head {common_prefix(batch)}"
     )
 
     gen: dict[tuple[str, bool], list[float]] = defaultdict(lambda: [0, 0.0])

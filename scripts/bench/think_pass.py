@@ -34,7 +34,8 @@ import torch  # noqa: E402
 from choice_scoring import positions  # noqa: E402
 
 from marl.agents import Agent  # noqa: E402
-from marl.agents.hf import HFPolicy, ModelHost  # noqa: E402
+from marl.agents.hf_policy import HFPolicy  # noqa: E402
+from marl.agents.host import ModelHost  # noqa: E402
 from marl.agents.models import load_model  # noqa: E402
 
 THINK_PROMPT = "Think briefly about your card and the bets so far, in a sentence or two."

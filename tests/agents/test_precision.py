@@ -15,7 +15,8 @@ from pydantic import ValidationError
 import marl.agents.precision as prec
 from helpers import build_tiny_host, tiny_team
 from marl.agents.builder import build_roster
-from marl.agents.hf import HFPolicy, ModelHost
+from marl.agents.hf_policy import HFPolicy
+from marl.agents.host import ModelHost
 from marl.agents.policy import Request
 from marl.agents.precision import autocast, native_bf16, resolve, weights_dtype
 from marl.config import load_config, load_config_text

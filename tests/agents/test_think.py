@@ -17,7 +17,9 @@ from helpers import build_tiny_host, tiny_smoke, tiny_team
 from marl import games
 from marl.agents.agent import Agent
 from marl.agents.builder import build_roster
-from marl.agents.hf import THINK_SEPARATOR, HFPolicy, ModelHost
+from marl.agents.hf_policy import HFPolicy
+from marl.agents.host import ModelHost
+from marl.agents.host.generation import THINK_SEPARATOR
 from marl.config import load_config_text
 from marl.config.schema import RoleConfig
 from marl.orchestrator.evaluation import (

@@ -20,7 +20,7 @@ import torch
 pytest.importorskip("deepspeed")
 
 from helpers import build_tiny_host, tiny_team  # noqa: E402
-from marl.agents.hf import ModelHost  # noqa: E402
+from marl.agents.host import ModelHost  # noqa: E402
 from marl.config import load_config_text  # noqa: E402
 from marl.train.learner import Learner, TrainItem  # noqa: E402
 from marl.train.optim import DeepSpeedAdamW, deepspeed_config  # noqa: E402

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from helpers import build_tiny_host, tiny_team
-from marl.agents.hf import ModelHost
+from marl.agents.host import ModelHost
 from marl.agents.policy import choice_logprobs
 from marl.config import load_config_text
 from marl.train.learner import Learner, TrainItem
