@@ -129,3 +129,16 @@ class Saying:
 
     def act(self, requests: list[Request]) -> list[Response]:
         return [Response(text=self.text) for _ in requests]
+
+
+def train_config(**fields):
+    """A ``TrainConfig`` with ``fields`` set, a section's as a dict (``magnet={"alpha": 0.5}``),
+    unvalidated: tests reach settings no recipe asks for (lr 0: a learner that keeps its
+    weights; epochs 0: what the learner refuses itself)."""
+    from marl.config.train import TrainConfig
+
+    cfg = TrainConfig()
+    sections = {
+        k: getattr(cfg, k).model_copy(update=v) for k, v in fields.items() if isinstance(v, dict)
+    }
+    return cfg.model_copy(update={**fields, **sections})

@@ -190,6 +190,7 @@ def main() -> None:  # noqa: C901 (to split)
     from marl.agents.models import load_model, model_cache_dir
     from marl.agents.policy import Request
     from marl.agents.precision import autocast, weights_dtype
+    from marl.config.train import TrainConfig
     from marl.train.advantages import Samples, global_advantages
     from marl.train.learner import Learner, TrainItem
 
@@ -210,14 +211,16 @@ def main() -> None:  # noqa: C901 (to split)
     )
     vllm = args.ours_engine == "vllm"
     learner = Learner(
+        TrainConfig(
+            lr=args.lr,
+            clip_low=0.2,
+            clip_high=0.28,
+            max_grad_norm=1.0,
+            precision=args.precision,
+            learner={"micro_batch": P * G},
+        ),
         host,
         [ADAPTER],
-        lr=args.lr,
-        clip_low=0.2,
-        clip_high=0.28,
-        max_grad_norm=1.0,
-        micro_batch=P * G,
-        precision=args.precision,
         correction="recompute" if vllm else "none",
     )
     host.model.eval()

@@ -45,7 +45,7 @@ from marl.games.analysis import exploitability, info_states  # noqa: E402
 from marl.games.registry import make  # noqa: E402
 from marl.train.advantages import Samples, make_estimator, remove_common_mode  # noqa: E402
 from marl.train.loss import exact_kl, grpo_loss, k3  # noqa: E402
-from marl.train.targets import (  # noqa: E402
+from marl.train.objectives.policy_target import (  # noqa: E402
     action_values,
     fit,
     gauss_newton_fit,
@@ -81,7 +81,7 @@ class Variant:
     target: float = 0.0  # eta of MMD's closed-form step (train.policy_target); 0: off
     fit: int = 20  # steps of the fit on KL(target || pi)
     visits: bool = False  # eta per state x its share of the decisions / the mean share
-    solver: str = "adam"  # the fit: adam (marl.train.targets.fit) or gauss_newton
+    solver: str = "adam"  # the fit: adam (marl.train.objectives.policy_target.fit) or gauss_newton
     ridge: float = 1e-3  # gauss_newton's damping (train.policy_target.ridge)
 
 

@@ -96,6 +96,7 @@ def main() -> None:
     from marl.agents.host import ModelHost
     from marl.agents.host.prefill import common_prefix
     from marl.agents.models import load_model
+    from marl.config.train import TrainConfig
     from marl.train.learner import Learner, TrainItem
 
     model = "smollm2-135m-instruct" if args.smollm2 else "tiny-random"
@@ -140,7 +141,9 @@ def main() -> None:
         )
         for i, (p, c, lp) in enumerate(zip(train, comps, logps, strict=True))
     ]
-    learners = {p: Learner(host, ["player"], lr=1e-6, precision=p) for p in ("fp32", "bf16")}
+    learners = {
+        p: Learner(TrainConfig(lr=1e-6, precision=p), host, ["player"]) for p in ("fp32", "bf16")
+    }
     upd: dict[str, float] = defaultdict(float)
     learners["fp32"].update(items[:1])  # warm-up
     for r in range(args.rounds):
