@@ -71,8 +71,6 @@ OVERSIZED: dict[str, int] = {
     "marl/orchestrator/serve.py:create_app": 124,
     "marl/orchestrator/team/runtime.py:Team": 323,
     "marl/topologies/render.py:draw_png": 62,
-    "marl/train/learner.py:Learner": 530,
-    "marl/train/learner.py:_fit": 101,
     "marl/train/trainer.py:check_compatible": 86,
     "marl/train/trainer.py:Trainer": 389,
     "marl/train/trainer.py:_metrics": 78,
