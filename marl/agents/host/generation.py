@@ -35,10 +35,11 @@ class Generation(Prefill):
     ) -> tuple[list[list[int]], list[list[float]]]:
         """Sample completions for a batch; returns token ids and their log-probs.
 
-        With ``share_prefix`` the heads that prompts share are computed once
-        (:meth:`_prefilled`); without, the batch is simply left-padded.  Log-probs are of the
-        sampling distribution ``softmax(logits / T)`` (``T = 1`` for greedy:
-        :func:`~marl.agents.policy.scale_temperature`), cut at the first end-of-sequence token.
+        With ``share_prefix`` (and the host's ``share_prefix``) the heads that prompts share
+        are computed once (:meth:`_prefilled`); without, the batch is simply left-padded.
+        Log-probs are of the sampling distribution ``softmax(logits / T)`` (``T = 1`` for
+        greedy: :func:`~marl.agents.policy.scale_temperature`), cut at the first
+        end-of-sequence token.
         """
         pad = self.tokenizer.pad_token_id
         eos = self.tokenizer.eos_token_id
