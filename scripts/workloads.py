@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from marl.agents.hf import ModelHost
+    from marl.agents.host import ModelHost
     from marl.agents.policy import Request
     from marl.config import TeamConfig
     from marl.config.train import TrainConfig
@@ -25,7 +25,7 @@ CONFIGS = REPO / "configs"
 
 def load_host(model: str, **kwargs: Any) -> ModelHost:
     """A ``ModelHost`` on the registered ``model`` (``kwargs`` go to ``load_model``)."""
-    from marl.agents.hf import ModelHost
+    from marl.agents.host import ModelHost
     from marl.agents.models import load_model
 
     return ModelHost(*load_model(model, **kwargs))

@@ -26,7 +26,7 @@ def build_tiny_host(*adapters: str, dtype=None, seed: int = 0, perturb: bool = F
     a generator seeded ``seed``), so that checks run through the adapter's path."""
     import torch
 
-    from marl.agents.hf import ModelHost
+    from marl.agents.host import ModelHost
     from marl.agents.models import load_model
 
     host = ModelHost(*load_model("tiny-random", dtype=dtype or torch.float32))
@@ -129,3 +129,16 @@ class Saying:
 
     def act(self, requests: list[Request]) -> list[Response]:
         return [Response(text=self.text) for _ in requests]
+
+
+def train_config(**fields):
+    """A ``TrainConfig`` with ``fields`` set, a section's as a dict (``magnet={"alpha": 0.5}``),
+    unvalidated: tests reach settings no recipe asks for (lr 0: a learner that keeps its
+    weights; epochs 0: what the learner refuses itself)."""
+    from marl.config.train import TrainConfig
+
+    cfg = TrainConfig()
+    sections = {
+        k: getattr(cfg, k).model_copy(update=v) for k, v in fields.items() if isinstance(v, dict)
+    }
+    return cfg.model_copy(update={**fields, **sections})

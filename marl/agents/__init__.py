@@ -8,7 +8,7 @@ roles into agents with one policy per role; ``make_policy(backend, ...)`` builds
 """
 
 # Importing a backend module registers it with agents.policy.make_policy.
-from marl.agents import hf, openai_backend, scripted, vllm_backend  # noqa: F401
+from marl.agents import hf_policy, openai_backend, scripted, vllm_backend  # noqa: F401
 from marl.agents.agent import Agent
 from marl.agents.builder import Roster, build_roster
 from marl.agents.models import load_model

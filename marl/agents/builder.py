@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from marl.agents.agent import Agent
-from marl.agents.hf import AdapterMismatch, HFPolicy, ModelHost
+from marl.agents.hf_policy import HFPolicy
+from marl.agents.host import ModelHost
+from marl.agents.host.adapters import AdapterMismatch
 from marl.agents.models import MODEL_REGISTRY, ensure_cached, load_model
 from marl.agents.policy import Policy, make_policy
 from marl.agents.precision import weights_dtype

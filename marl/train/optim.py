@@ -1,11 +1,11 @@
 """How a learner turns accumulated gradients into an update: plain torch AdamW, or DeepSpeed.
 
 The learner's algorithm (per-agent loss accumulation, per-agent gradient norms, skipping
-non-finite steps) is written once in :mod:`marl.train.learner`; it talks to its optimizer only
-through the :class:`Optimizer` calls below, so the torch and DeepSpeed backends cannot drift
-apart.  Both optimise only the trainable LoRA parameters with AdamW (no weight decay) and clip
-the global gradient norm to ``max_grad_norm``; both save their state in torch AdamW's
-per-parameter format, so a checkpoint written by one backend resumes under the other.
+non-finite steps) is written once in :mod:`marl.train.learner` and its objectives; it talks to
+its optimizer only through the :class:`Optimizer` calls below, so the torch and DeepSpeed
+backends cannot drift apart.  Both optimise only the trainable LoRA parameters with AdamW (no
+weight decay) and clip the global gradient norm to ``max_grad_norm``; both save their state in
+torch AdamW's per-parameter format, so a checkpoint written by one backend resumes under the other.
 
 DeepSpeed on one process
 ------------------------

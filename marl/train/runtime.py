@@ -90,26 +90,11 @@ class LearnerProcess:
         roster = roster or build_roster(team)
         roles = trainable_hosts(team)[key]
         self.learner = Learner(
+            tc,
             roster.hosts[key],
             roles,
-            lr=tc.lr,
-            clip_low=tc.clip_low,
-            clip_high=tc.clip_high,
-            dual_clip=tc.dual_clip,
-            kl=tc.kl,
-            entropy=tc.entropy,
-            max_grad_norm=tc.max_grad_norm,
-            micro_batch=tc.learner.micro_batch,
-            epochs=tc.epochs,
-            precision=tc.precision,
             optimizer=make_optimizer(tc.learner.backend, tc.learner.zero_stage, tc.precision),
             correction=mismatch_correction(team, roles),
-            tis_cap=tc.mismatch.cap,
-            magnet=tc.magnet.alpha,
-            target_eta=tc.policy_target.eta,
-            fit_steps=tc.policy_target.fit_steps,
-            solver=tc.policy_target.solver,
-            ridge=tc.policy_target.ridge,
         )
 
     def update(self, items: list[TrainItem], seed: int, lr: float | None = None) -> UpdateStats:

@@ -26,7 +26,7 @@ warnings.filterwarnings("ignore")
 
 import torch  # noqa: E402
 
-from marl.agents.hf import ModelHost  # noqa: E402
+from marl.agents.host import ModelHost  # noqa: E402
 from scripts.workloads import choice_requests, load_host, random_positions  # noqa: E402
 
 
@@ -48,7 +48,7 @@ def bench_game(host: ModelHost, game: str, n: int) -> None:
     flat_c = [c for cs in cands for c in cs]
 
     def tree():
-        host._memo.clear()  # never served from memory
+        host.clear_score_memo()  # never served from memory
         return host.candidate_scores(prompts, cands)
 
     def flat():

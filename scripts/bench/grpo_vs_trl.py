@@ -84,11 +84,11 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from transformers import TrainerCallback  # noqa: E402
 
-import marl.agents.hf  # noqa: E402
-from marl.agents.hf import ModelHost  # noqa: E402
+from marl.agents.host import ModelHost  # noqa: E402
 from marl.agents.models import load_model, model_cache_dir  # noqa: E402
 from marl.agents.policy import Request  # noqa: E402
 from marl.agents.precision import autocast, weights_dtype  # noqa: E402
+from marl.config.train import TrainConfig  # noqa: E402
 from marl.train.advantages import Samples, global_advantages  # noqa: E402
 from marl.train.learner import Learner, TrainItem  # noqa: E402
 
@@ -218,14 +218,16 @@ class Ours:
         )
         vllm = args.ours_engine == "vllm"
         self.learner = Learner(
+            TrainConfig(
+                lr=args.lr,
+                clip_low=0.2,
+                clip_high=0.28,
+                max_grad_norm=1.0,
+                precision=args.precision,
+                learner={"micro_batch": self.P * self.G},
+            ),
             self.host,
             [ADAPTER],
-            lr=args.lr,
-            clip_low=0.2,
-            clip_high=0.28,
-            max_grad_norm=1.0,
-            micro_batch=self.P * self.G,
-            precision=args.precision,
             correction="recompute" if vllm else "none",
         )
         self.host.model.eval()
@@ -305,15 +307,13 @@ class Ours:
     def timed_update(self, items: list[TrainItem], shared_head: bool = True) -> Span:
         """``Learner.update``; ``shared_head=False`` turns off ``ModelHost.sequence_stats``'s
         one-pass computation of the prompts' common head (it runs every row in full, as TRL)."""
-        common_prefix = marl.agents.hf._common_prefix
-        if not shared_head:
-            marl.agents.hf._common_prefix = lambda seqs: 0
+        self.host.share_prefix = shared_head
         try:
             t = now()
             self.learner.update(items)
             return since(t)
         finally:
-            marl.agents.hf._common_prefix = common_prefix
+            self.host.share_prefix = True
 
     def updates_alone(self, batch: TrlBatch, tm: Timings) -> None:
         """``--update-steps`` updates on TRL's last batch, and in the last round two variants:

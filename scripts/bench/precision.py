@@ -90,7 +90,8 @@ def main() -> None:
     warnings.filterwarnings("ignore")
     import torch
 
-    from marl.agents.hf import _common_prefix
+    from marl.agents.host.prefill import common_prefix
+    from marl.config.train import TrainConfig
     from marl.train.learner import Learner, TrainItem
 
     model = "smollm2-135m-instruct" if args.smollm2 else "tiny-random"
@@ -101,7 +102,7 @@ def main() -> None:
     print(
         f"model {model}, threads {torch.get_num_threads()}, load average "
         f"{os.getloadavg()}; {len(batch)} prompts of {min(lens)}-{max(lens)} tokens, "
-        f"shared head {_common_prefix(batch)}"
+        f"shared head {common_prefix(batch)}"
     )
 
     gen: dict[tuple[str, bool], list[float]] = defaultdict(lambda: [0, 0.0])
@@ -135,7 +136,9 @@ def main() -> None:
         )
         for i, (p, c, lp) in enumerate(zip(train, comps, logps, strict=True))
     ]
-    learners = {p: Learner(host, ["player"], lr=1e-6, precision=p) for p in ("fp32", "bf16")}
+    learners = {
+        p: Learner(TrainConfig(lr=1e-6, precision=p), host, ["player"]) for p in ("fp32", "bf16")
+    }
     upd: dict[str, float] = defaultdict(float)
     learners["fp32"].update(items[:1])  # warm-up
     for r in range(args.rounds):

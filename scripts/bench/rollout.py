@@ -44,7 +44,7 @@ _MEMORY = """
 import json, warnings
 warnings.filterwarnings("ignore")
 import torch
-from marl.agents.hf import ModelHost
+from marl.agents.host import ModelHost
 from marl.agents.models import load_model
 
 def rss_kib(field):
@@ -119,7 +119,7 @@ def bare_generate(roster, prompts: list[list[int]], seed: int) -> Rate:
     """One ``model.generate`` call on the left-padded prompts, nothing else timed."""
     import torch
 
-    from marl.agents.hf import left_pad
+    from marl.agents.host.prefill import left_pad
 
     host = next(iter(roster.hosts.values()))
     pol = roster.policies["player"]

@@ -28,7 +28,7 @@ warnings.filterwarnings("ignore")
 import torch  # noqa: E402
 
 from marl.agents import Agent  # noqa: E402
-from marl.agents.hf import HFPolicy  # noqa: E402
+from marl.agents.hf_policy import HFPolicy  # noqa: E402
 from scripts.workloads import load_host, random_positions  # noqa: E402
 
 THINK_PROMPT = "Think briefly about your card and the bets so far, in a sentence or two."

@@ -40,7 +40,7 @@ from marl.games.analysis import exploitability, info_states
 from marl.games.registry import make
 from marl.train.advantages import Samples, make_estimator, remove_common_mode
 from marl.train.loss import exact_kl, grpo_loss, k3
-from marl.train.targets import (
+from marl.train.objectives.policy_target import (
     action_values,
     fit,
     gauss_newton_fit,
@@ -76,7 +76,7 @@ class Variant:
     target: float = 0.0  # eta of MMD's closed-form step (train.policy_target); 0: off
     fit: int = 20  # steps of the fit on KL(target || pi)
     visits: bool = False  # eta per state x its share of the decisions / the mean share
-    solver: str = "adam"  # the fit: adam (marl.train.targets.fit) or gauss_newton
+    solver: str = "adam"  # the fit: adam (marl.train.objectives.policy_target.fit) or gauss_newton
     ridge: float = 1e-3  # gauss_newton's damping (train.policy_target.ridge)
 
 

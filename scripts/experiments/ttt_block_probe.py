@@ -29,7 +29,7 @@ import torch  # noqa: E402
 
 from marl import games  # noqa: E402
 from marl.agents.builder import build_roster  # noqa: E402
-from marl.agents.hf import role_prompts  # noqa: E402
+from marl.agents.host.prompts import role_prompts  # noqa: E402
 from marl.agents.precision import autocast  # noqa: E402
 from marl.config import load_config  # noqa: E402
 from marl.games.base import TextGame  # noqa: E402

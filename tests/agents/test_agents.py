@@ -13,7 +13,9 @@ import torch
 from marl import games
 from marl.agents import Agent
 from marl.agents.builder import build_roster
-from marl.agents.hf import HFPolicy, ModelHost, head_clusters
+from marl.agents.hf_policy import HFPolicy
+from marl.agents.host import ModelHost
+from marl.agents.host.prefill import head_clusters
 from marl.agents.models import build_tiny_random
 from marl.agents.openai_backend import EndpointError, OpenAIPolicy
 from marl.agents.policy import Request, Response, greedy, scale_temperature

@@ -13,9 +13,10 @@ import torch
 from pydantic import ValidationError
 
 import marl.agents.precision as prec
-from helpers import build_tiny_host, tiny_team
+from helpers import build_tiny_host, tiny_team, train_config
 from marl.agents.builder import build_roster
-from marl.agents.hf import HFPolicy, ModelHost
+from marl.agents.hf_policy import HFPolicy
+from marl.agents.host import ModelHost
 from marl.agents.policy import Request
 from marl.agents.precision import autocast, native_bf16, resolve, weights_dtype
 from marl.config import load_config, load_config_text
@@ -54,7 +55,7 @@ def test_fp16_is_refused_on_a_cpu() -> None:
     with pytest.raises(ValueError, match="fp16 needs a GPU"):
         autocast("fp16", "cpu")
     with pytest.raises(ValueError, match="fp16 needs a GPU"):
-        Learner(_host(), ["red"], lr=1e-3, precision="fp16")
+        Learner(train_config(lr=1e-3, precision="fp16"), _host(), ["red"])
     with pytest.raises(ValueError, match="fp16 needs a GPU"):
         deepspeed_config(1, 1.0, torch.device("cpu"), "fp16")
 
@@ -205,7 +206,7 @@ def _loss_change(precision: str) -> tuple[float, Learner]:
     """The loss before and after one update on the same batch, from the same weights."""
     torch.manual_seed(0)
     host = _host(dtype=weights_dtype([precision]))  # as a roster stores it
-    learner = Learner(host, ["red"], lr=0.02, precision=precision)
+    learner = Learner(train_config(lr=0.02, precision=precision), host, ["red"])
     items = _free_items(host)
     before = learner.update(items).loss
     after = learner.update(items).loss  # the loss at the updated weights (then steps again)

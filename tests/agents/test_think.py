@@ -13,11 +13,13 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from helpers import build_tiny_host, tiny_smoke, tiny_team
+from helpers import build_tiny_host, tiny_smoke, tiny_team, train_config
 from marl import games
 from marl.agents.agent import Agent
 from marl.agents.builder import build_roster
-from marl.agents.hf import THINK_SEPARATOR, HFPolicy, ModelHost
+from marl.agents.hf_policy import HFPolicy
+from marl.agents.host import ModelHost
+from marl.agents.host.generation import THINK_SEPARATOR
 from marl.config import load_config_text
 from marl.config.schema import RoleConfig
 from marl.orchestrator.evaluation import (
@@ -118,7 +120,7 @@ def test_the_learner_recomputes_them_ratio_one_at_the_first_pass(host: ModelHost
     ]
     assert all(it.kind == "think" and it.tokens == len(it.completion_ids) + 1 for it in items)
     before = {k: v.clone() for k, v in host.adapter_weights("red").items()}
-    learner = Learner(host, ["red"], lr=1e-3, correction="recompute")
+    learner = Learner(train_config(lr=1e-3), host, ["red"], correction="recompute")
     stats = learner.update(items)
     try:
         assert stats.mismatch is not None and stats.mismatch < 1e-5

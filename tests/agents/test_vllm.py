@@ -23,7 +23,9 @@ if os.environ.get("MARL_REQUIRE_VLLM") == "1":
 else:
     pytest.importorskip("vllm", reason=f"vLLM is not installed: {_INSTALL}")
 
-from marl.agents.hf import THINK_SEPARATOR, HFPolicy, ModelHost  # noqa: E402
+from marl.agents.hf_policy import HFPolicy  # noqa: E402
+from marl.agents.host import ModelHost  # noqa: E402
+from marl.agents.host.generation import THINK_SEPARATOR  # noqa: E402
 from marl.agents.models import MODEL_REGISTRY, ensure_cached, load_model  # noqa: E402
 from marl.agents.policy import Request  # noqa: E402
 from marl.agents.vllm_backend import VLLMEngine, VLLMPolicy  # noqa: E402

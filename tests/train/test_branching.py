@@ -17,7 +17,7 @@ from marl.agents.scripted import ScriptedPolicy
 from marl.config import ConfigError, load_config_text
 from marl.games.bots import make_bot
 from marl.games.tictactoe import wins
-from marl.train.targets import action_values
+from marl.train.objectives.policy_target import action_values
 from marl.train.trainer import Trainer, TrainingError
 
 PILES = (2, 3, 1)

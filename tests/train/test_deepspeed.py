@@ -19,8 +19,8 @@ import torch
 
 pytest.importorskip("deepspeed")
 
-from helpers import build_tiny_host, tiny_team  # noqa: E402
-from marl.agents.hf import ModelHost  # noqa: E402
+from helpers import build_tiny_host, tiny_team, train_config  # noqa: E402
+from marl.agents.host import ModelHost  # noqa: E402
 from marl.config import load_config_text  # noqa: E402
 from marl.train.learner import Learner, TrainItem  # noqa: E402
 from marl.train.optim import DeepSpeedAdamW, deepspeed_config  # noqa: E402
@@ -37,13 +37,13 @@ def _host() -> ModelHost:
 def _learner(backend: str | int) -> Learner:
     """Two adapters on one base, lr high enough that moments and clipping matter."""
     if backend == "torch":
-        return Learner(_host(), ADAPTERS, lr=0.05, max_grad_norm=0.5, micro_batch=4)
+        return Learner(
+            train_config(lr=0.05, max_grad_norm=0.5, learner={"micro_batch": 4}), _host(), ADAPTERS
+        )
     return Learner(
+        train_config(lr=0.05, max_grad_norm=0.5, learner={"micro_batch": 4}),
         _host(),
         ADAPTERS,
-        lr=0.05,
-        max_grad_norm=0.5,
-        micro_batch=4,
         optimizer=lambda model, params, lr, max_grad_norm: DeepSpeedAdamW(
             model,
             params,

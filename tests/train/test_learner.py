@@ -9,8 +9,8 @@ import random
 import pytest
 import torch
 
-from helpers import build_tiny_host, tiny_team
-from marl.agents.hf import ModelHost
+from helpers import build_tiny_host, tiny_team, train_config
+from marl.agents.host import ModelHost
 from marl.agents.policy import choice_logprobs
 from marl.config import load_config_text
 from marl.train.learner import Learner, TrainItem
@@ -53,7 +53,7 @@ def _batch(host: ModelHost, n: int = 6, seed: int = 0) -> list[TrainItem]:
 
 def _trained(epochs: int, lr: float = 0.05, updates: int = 1) -> tuple[Learner, list]:
     host = _host()
-    learner = Learner(host, ["red"], lr=lr, epochs=epochs)
+    learner = Learner(train_config(lr=lr, epochs=epochs), host, ["red"])
     items = _batch(host)
     stats = [learner.update(items) for _ in range(updates)]
     return learner, stats
@@ -116,14 +116,14 @@ def test_the_clip_acts_from_the_second_epoch() -> None:
 
 def test_a_non_finite_pass_ends_the_update() -> None:
     host = _host()
-    learner = Learner(host, ["red"], lr=0.05, epochs=3)
+    learner = Learner(train_config(lr=0.05, epochs=3), host, ["red"])
     items = _batch(host)
     items[2].advantage = float("nan")
     before = {k: v.clone() for k, v in learner.weights()["red"].items()}
     assert learner.update(items).skipped
     assert all(torch.equal(v, learner.weights()["red"][k]) for k, v in before.items())
     with pytest.raises(ValueError, match="epochs must be >= 1"):
-        Learner(host, ["red"], lr=0.05, epochs=0)
+        Learner(train_config(lr=0.05, epochs=0), host, ["red"])
 
 
 def test_train_epochs_and_dual_clip_reach_the_learner() -> None:
@@ -132,7 +132,7 @@ def test_train_epochs_and_dual_clip_reach_the_learner() -> None:
     )
     (key,) = trainable_hosts(cfg)
     learner = LearnerProcess(cfg.model_dump(by_alias=True), key).learner
-    assert (learner.epochs, learner.dual_clip) == (3, 3.0)
+    assert (learner.cfg.epochs, learner.cfg.dual_clip) == (3, 3.0)
 
 
 def test_scheduled_learning_rate_reaches_the_optimizer() -> None:
@@ -142,7 +142,7 @@ def test_scheduled_learning_rate_reaches_the_optimizer() -> None:
     assert TrainConfig(lr=0.1, lr_decay=0.5).lr_at(1) == pytest.approx(0.1)
     assert TrainConfig(lr=0.1, lr_decay=0.5).lr_at(3) == pytest.approx(0.05)
     host = build_tiny_host("a")
-    learner = Learner(host, ["a"], lr=0.05)
+    learner = Learner(train_config(lr=0.05), host, ["a"])
     items = [
         TrainItem(
             adapter="a",
@@ -173,9 +173,11 @@ def _shifted(items: list[TrainItem], by: float) -> list[TrainItem]:
 def test_recompute_makes_the_ratio_the_learners_and_logs_the_mismatch() -> None:
     host = _host()
     items = _batch(host)
-    exact = Learner(host, ["red"], lr=0.05).update(items)
+    exact = Learner(train_config(lr=0.05), host, ["red"]).update(items)
     host = _host()
-    fixed = Learner(host, ["red"], lr=0.05, correction="recompute").update(_shifted(items, 0.1))
+    fixed = Learner(train_config(lr=0.05), host, ["red"], correction="recompute").update(
+        _shifted(items, 0.1)
+    )
     assert fixed.mismatch == pytest.approx(0.1, abs=1e-5)
     assert fixed.loss == pytest.approx(exact.loss, abs=1e-6)
     assert exact.mismatch is None  # no correction: nothing recomputed
@@ -196,7 +198,9 @@ def test_a_one_pass_correction_takes_no_forward_of_its_own() -> None:
             return _score(*args)
 
         host.candidate_scores = counted
-        stats = Learner(host, ["red"], lr=0.05, correction=correction, epochs=epochs).update(items)
+        stats = Learner(
+            train_config(lr=0.05, epochs=epochs), host, ["red"], correction=correction
+        ).update(items)
         if correction != "none":
             assert stats.mismatch == pytest.approx(0.1, abs=1e-5)
         forwards[correction, epochs] = calls[0]
@@ -206,10 +210,10 @@ def test_a_one_pass_correction_takes_no_forward_of_its_own() -> None:
 
 def test_tis_weights_tokens_by_the_truncated_engine_ratio() -> None:
     items = _batch(_host())
-    exact = Learner(_host(), ["red"], lr=0.05).update(items)
+    exact = Learner(train_config(lr=0.05), _host(), ["red"]).update(items)
     # engine log-probs 0.1 below the learner's: every weight exp(0.1), then capped at 1.05
-    tis = Learner(_host(), ["red"], lr=0.05, correction="tis", tis_cap=1.05).update(
-        _shifted(items, -0.1)
-    )
+    tis = Learner(
+        train_config(lr=0.05, mismatch={"cap": 1.05}), _host(), ["red"], correction="tis"
+    ).update(_shifted(items, -0.1))
     assert tis.mismatch == pytest.approx(0.1, abs=1e-5)
     assert tis.loss == pytest.approx(1.05 * exact.loss, rel=1e-5)

@@ -10,7 +10,7 @@ import torch
 import yaml
 from test_learner import TEMPERATURE, _batch, _host
 
-from helpers import tiny_team
+from helpers import tiny_team, train_config
 from marl.config import TeamConfig, load_config_text
 from marl.train.advantages import Advantages, Samples, agent_wise_advantages
 from marl.train.learner import Learner, TrainItem, magnet_adapter
@@ -45,7 +45,7 @@ def test_the_magnet_term_is_the_exact_kl_over_the_candidates() -> None:
     """loss = GRPO + alpha * mean_decisions KL(pi(.|s) || rho(.|s)), over the legal actions."""
     host = _host()
     items = _batch(host)
-    learner = Learner(host, ["red"], lr=0.0, magnet=0.7)
+    learner = Learner(train_config(lr=0.0, magnet={"alpha": 0.7}), host, ["red"])
     rho_weights = _perturbed(host.adapter_weights("red"), 1)
     learner.set_magnet({"red": rho_weights})
     prompts, cands = [it.prompt_ids for it in items], [it.candidate_ids for it in items]
@@ -87,7 +87,7 @@ def test_the_free_text_magnet_term_is_k3_per_token() -> None:
         )
         for p, c, o in zip(prompts, completions, old, strict=True)
     ]
-    learner = Learner(host, ["red"], lr=0.0, magnet=0.3)
+    learner = Learner(train_config(lr=0.0, magnet={"alpha": 0.3}), host, ["red"])
     learner.set_magnet({"red": _perturbed(host.adapter_weights("red"), 3)})
     with torch.no_grad(), host.use(magnet_adapter("red")):
         rho = host.sequence_logprobs(prompts, completions, 1.0)
@@ -103,7 +103,7 @@ def test_the_magnet_is_frozen_and_its_gradient_pulls_towards_it() -> None:
     items = _batch(host)
     for it in items:
         it.advantage = 0.0
-    learner = Learner(host, ["red"], lr=0.01, magnet=1.0)
+    learner = Learner(train_config(lr=0.01, magnet={"alpha": 1.0}), host, ["red"])
     learner.set_magnet({"red": _perturbed(host.adapter_weights("red"), 2)})
     rho_before = host.adapter_weights(magnet_adapter("red"))
     first = learner.update(items).kl_magnet

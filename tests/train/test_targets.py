@@ -12,16 +12,18 @@ import torch
 from test_learner import TEMPERATURE, _batch, _host
 from test_magnet import KUHN, _learner, _perturbed
 
-from helpers import tiny_smoke, tiny_team
+from helpers import tiny_smoke, tiny_team, train_config
 from marl.config import ConfigError, load_config_text
-from marl.train.learner import Learner, _state_key, magnet_adapter
-from marl.train.targets import (
+from marl.train.learner import Learner, magnet_adapter
+from marl.train.objectives.policy_target import (
     action_values,
     fit,
     gauss_newton,
     gauss_newton_fit,
     jacobian,
     mmd_target,
+    state_jacobian,
+    state_key,
     target_kl,
 )
 from marl.train.trainer import Trainer, TrainingError
@@ -78,7 +80,11 @@ def test_the_fit_moves_each_state_to_its_target() -> None:
     items = _batch(host, n=6)
     for it in items[3:]:  # a state seen twice, with its two decisions' advantages averaged
         it.prompt_ids, it.candidate_ids = items[0].prompt_ids, items[0].candidate_ids
-    learner = Learner(host, ["red"], lr=0.05, magnet=0.5, target_eta=2.0, fit_steps=25)
+    learner = Learner(
+        train_config(lr=0.05, magnet={"alpha": 0.5}, policy_target={"eta": 2.0, "fit_steps": 25}),
+        host,
+        ["red"],
+    )
     learner.set_magnet({"red": _perturbed(host.adapter_weights("red"), 4)})
     states = {tuple(it.prompt_ids): it for it in items}
     reps = list(states.values())
@@ -215,14 +221,16 @@ def test_one_backward_gives_every_state_s_row_of_the_jacobian() -> None:
     for it in items:  # a common head, which the shared scoring computes once
         it.prompt_ids = [7, 8, 9, 10, 11, 12] + it.prompt_ids
     items[4].candidate_ids = items[4].candidate_ids[:2]
-    learner = Learner(host, ["red"], lr=0.01, target_eta=1.0, solver="gauss_newton")
+    learner = Learner(
+        train_config(lr=0.01, policy_target={"eta": 1.0, "solver": "gauss_newton"}), host, ["red"]
+    )
     g = torch.Generator().manual_seed(3)
     targets = {
-        _state_key(it): torch.log_softmax(torch.randn(len(it.candidate_ids), generator=g), 0)
+        state_key(it): torch.log_softmax(torch.randn(len(it.candidate_ids), generator=g), 0)
         for it in items
     }
     with host.use("red"):
-        jac, residual = learner._state_jacobian(items, learner.params, targets)
+        jac, residual = state_jacobian(learner, items, learner.params, targets)
         scores = host.candidate_scores(
             [it.prompt_ids for it in items], [it.candidate_ids for it in items]
         )
@@ -232,7 +240,7 @@ def test_one_backward_gives_every_state_s_row_of_the_jacobian() -> None:
     assert jac.shape == want.shape == (4 * 2 + 1, sum(p.numel() for p in learner.params))
     assert float(want.abs().max()) > 0.1
     torch.testing.assert_close(jac, want, rtol=1e-4, atol=1e-5)
-    wanted = torch.cat([targets[_state_key(it)][1:] - targets[_state_key(it)][0] for it in items])
+    wanted = torch.cat([targets[state_key(it)][1:] - targets[state_key(it)][0] for it in items])
     torch.testing.assert_close(residual, wanted - values.detach(), rtol=1e-5, atol=1e-5)
 
 
@@ -282,7 +290,11 @@ def test_gauss_newton_fits_the_tiny_model_closer_than_adam() -> None:
         for j, it in enumerate(items[3:]):  # three states, each played two ways
             it.prompt_ids = items[(j + 1) % 3].prompt_ids
             it.candidate_ids = items[(j + 1) % 3].candidate_ids
-        learner = Learner(host, ["red"], lr=0.01, target_eta=2.0, fit_steps=3, solver=solver)
+        learner = Learner(
+            train_config(lr=0.01, policy_target={"eta": 2.0, "fit_steps": 3, "solver": solver}),
+            host,
+            ["red"],
+        )
         items_host.append(learner.update(items))
     adam, gn = items_host
     assert gn.loss > 1e-3  # the targets are away from the policy

@@ -160,7 +160,7 @@ _PATHLIKE = re.compile(r"^(\.{1,2}|~)?[/\\]|^\.{1,2}$|[/\\].*[/\\]|\\")
 _HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
-def load_model(ref: str = DEFAULT_MODEL, dtype: torch.dtype | str = "float32") -> ModelAndTokenizer:  # noqa: C901 (to split)
+def load_model(ref: str = DEFAULT_MODEL, dtype: torch.dtype | str = "float32") -> ModelAndTokenizer:
     """Load ``ref`` as ``(model, tokenizer)`` in eval mode.
 
     ``ref`` is tried as: registry name, then an existing local directory or ``.gguf`` file,
@@ -169,14 +169,25 @@ def load_model(ref: str = DEFAULT_MODEL, dtype: torch.dtype | str = "float32") -
     """
     torch_dtype = _resolve_dtype(dtype)
     if ref in MODEL_REGISTRY:
-        spec = MODEL_REGISTRY[ref]
-        if spec.cache:
-            return _load_dir(ensure_cached(spec), torch_dtype, local_files_only=True)
-        model, tokenizer = spec.build()
-        if torch_dtype != "auto":
-            model = model.to(torch_dtype)
-        return model.eval(), tokenizer
+        return _load_registered(MODEL_REGISTRY[ref], torch_dtype)
+    local = _load_local(ref, torch_dtype)
+    if local is not None:
+        return local
+    return _load_hub(ref, torch_dtype)
 
+
+def _load_registered(spec: ModelSpec, torch_dtype: torch.dtype | str) -> ModelAndTokenizer:
+    """A registry entry: from its cached folder, or built in memory (the tiny random model)."""
+    if spec.cache:
+        return _load_dir(ensure_cached(spec), torch_dtype, local_files_only=True)
+    model, tokenizer = spec.build()
+    if torch_dtype != "auto":
+        model = model.to(torch_dtype)
+    return model.eval(), tokenizer
+
+
+def _load_local(ref: str, torch_dtype: torch.dtype | str) -> ModelAndTokenizer | None:
+    """A saved model directory or a ``.gguf`` file at ``ref``; None when there is neither."""
     path = Path(ref).expanduser()
     local: dict[str, Any] | None = None
     if path.is_dir():
@@ -185,11 +196,17 @@ def load_model(ref: str = DEFAULT_MODEL, dtype: torch.dtype | str = "float32") -
         local = {"path": path}
     elif path.is_file() and path.suffix == ".gguf":
         local = {"path": path.parent, "gguf_file": path.name}
-    if local is not None:
-        try:
-            return _load_dir(dtype=torch_dtype, local_files_only=True, **local)
-        except (OSError, ValueError) as exc:
-            raise ModelError(f"{ref!r} is not a loadable model: {_first_line(exc)}") from exc
+    if local is None:
+        return None
+    try:
+        return _load_dir(dtype=torch_dtype, local_files_only=True, **local)
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"{ref!r} is not a loadable model: {_first_line(exc)}") from exc
+
+
+def _load_hub(ref: str, torch_dtype: torch.dtype | str) -> ModelAndTokenizer:
+    """A Hugging Face id: the local HF cache first, then the hub."""
+    path = Path(ref).expanduser()
     if _PATHLIKE.search(ref) or path.suffix == ".gguf":
         raise UnknownModelError(f"no model at local path {ref!r} (not a directory or .gguf file)")
     if not _HF_ID.match(ref):

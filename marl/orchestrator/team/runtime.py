@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from marl.agents.agent import Agent
 from marl.agents.builder import RosterError, adapter_dir, build_roster
 from marl.agents.experts import Expert, make_expert
-from marl.agents.hf import ModelHost
+from marl.agents.host import ModelHost
 from marl.agents.policy import Policy, Request, Response
 from marl.config import TeamConfig, load_config
 from marl.config.schema import DeferConfig

@@ -1,5 +1,8 @@
 """Policy targets: magnetic mirror descent's step in closed form, then fitted by the model.
 
+The ``policy_target`` objective of the learner (``train.policy_target.eta > 0``, choice
+decoding).
+
 For an information state s with legal actions a, the current policy pi, the magnet rho and
 action values Q(s, a) estimated from the batch (the mean return in reward units after playing
 a at s; an action not played there gets the state's mean, i.e. no advantage), MMD's step with
@@ -18,16 +21,26 @@ policy-gradient step puts its fixed point in the same place, but where the model
 tie the information states together (an LLM's "bet" barely depends on its card) the optimiser
 spends the step on what the states share; fitting a target to convergence moves the
 state-specific part as far as the target asks (docs/algorithms.md#policy-targets).
+
+The Jacobians Gauss-Newton needs come from one backward pass per action index: the states are
+scored without shared work, so each batch row's activations belong to one state
+(:class:`RowGrads`).
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
+from marl.agents.policy import scale_temperature
+from marl.train.learner import Learner, TrainItem, UpdateStats
+from marl.train.loss import exact_kl
+from marl.train.objectives import register_objective
 
 
 def action_values(
@@ -260,3 +273,204 @@ def gauss_newton_fit(
         best = losses[i]
         shift(params, delta / 2**i)
     return Fit(first, best)
+
+
+def state_key(it: TrainItem) -> tuple:
+    """What identifies a choice decision's information state on its adapter."""
+    return (it.adapter, tuple(it.prompt_ids), tuple(map(tuple, it.candidate_ids)), it.temperature)
+
+
+@dataclass
+class _Batch:
+    """One update's information states and what the fit gathers about them."""
+
+    states: dict[tuple, TrainItem]  # a decision per state
+    q: dict[Hashable, list[float]]  # action values per state
+    by_adapter: dict[str, list[tuple]]
+    rho: dict[tuple, torch.Tensor] = field(default_factory=dict)  # the magnet's log-probs
+    targets: dict[tuple, torch.Tensor] = field(default_factory=dict)
+    kl_magnet: list[float] = field(default_factory=list)
+    entropy: list[float] = field(default_factory=list)
+    agent_norms: dict[str, float] = field(default_factory=dict)
+    grad_norm: float = 0.0
+
+
+def _batch(items: list[TrainItem]) -> _Batch:
+    """The batch's distinct information states, their action values, grouped by adapter."""
+    keys = [state_key(it) for it in items]
+    states: dict[tuple, TrainItem] = {}
+    for key, it in zip(keys, items, strict=True):
+        states.setdefault(key, it)
+    q = action_values(
+        keys,
+        [it.choice for it in items],
+        [it.advantage for it in items],
+        [len(it.candidate_ids) for it in items],
+        [it.action_values for it in items],
+    )
+    by_adapter: dict[str, list[tuple]] = defaultdict(list)
+    for key in states:
+        by_adapter[key[0]].append(key)
+    return _Batch(states, q, by_adapter)
+
+
+@register_objective("policy_target")
+class PolicyTarget:
+    """Targets for the batch's information states, then ``fit_steps`` steps on their mean
+    KL(target || pi): the optimizer's (:func:`fit`: the best weights kept) or Gauss-Newton
+    steps (:func:`gauss_newton_fit`); ``loss`` is the KL before the fit (the step's size),
+    ``fit_residual`` after."""
+
+    def __init__(self, learner: Learner) -> None:
+        self.learner, self.cfg = learner, learner.cfg.policy_target
+
+    def update(self, items: list[TrainItem]) -> UpdateStats:
+        if any(it.kind != "choice" for it in items):
+            raise ValueError("policy targets need choice decoding")
+        learner = self.learner
+        b = _batch(items)
+        if learner.magnet > 0:
+            with torch.no_grad(), learner.compute():
+                for group in b.by_adapter.values():
+                    states = [b.states[k] for k in group]
+                    b.rho.update(zip(group, learner.magnet_logp(states), strict=True))
+
+        def step(lr: float) -> None:
+            learner.optimizer.set_lr(lr)
+            b.grad_norm = learner.optimizer.step()  # applies nothing when it is not finite
+
+        if self.cfg.solver == "gauss_newton":
+            result = self._gauss_newton(b, self._loss(b, False))
+        else:
+            result = fit(
+                lambda grad: self._loss(b, grad),
+                step,
+                learner.weights,
+                learner.load,
+                learner.lr,
+                self.cfg.fit_steps,
+            )
+        n = len(b.states)
+        return UpdateStats(
+            result.first,
+            b.grad_norm,
+            b.agent_norms,
+            0.0,
+            0.0,
+            sum(b.entropy) / n,
+            len(items),
+            skipped=not math.isfinite(result.best),
+            kl_magnet=sum(b.kl_magnet) / n if b.kl_magnet else 0.0,
+            fit_residual=result.best,
+        )
+
+    def _target(self, b: _Batch, key: tuple, logp: torch.Tensor) -> torch.Tensor:
+        """The state's target, made from the policy at its first scoring (the fit's start),
+        so that scoring is also the fit's first forward."""
+        if key not in b.targets:
+            alpha = self.learner.magnet
+            lp = logp.detach().float()
+            r = b.rho[key].float() if key in b.rho else torch.zeros_like(lp)
+            q = torch.tensor(b.q[key], device=lp.device)
+            b.targets[key] = mmd_target(lp, r, q, self.cfg.eta, alpha)
+            if alpha > 0:
+                b.kl_magnet.append(float(exact_kl(lp, r)))
+            b.entropy.append(float(-(lp.exp() * lp).sum()))
+        return b.targets[key]
+
+    def _loss(self, b: _Batch, grad: bool) -> float:
+        """The mean KL(target || pi) over the states (its gradient accumulated when
+        ``grad``, and each adapter's gradient norm recorded); inf when not finite."""
+        learner, n = self.learner, len(b.states)
+        learner.optimizer.zero_grad()
+        total, finite = 0.0, True
+        with learner.training(grad):
+            for adapter, group in sorted(b.by_adapter.items()):
+                with (
+                    learner.host.use(adapter),
+                    torch.set_grad_enabled(grad),
+                    learner.grad_tap() as tap,
+                ):
+                    for chunk in learner.chunks([b.states[k] for k in group]):
+                        with learner.compute():
+                            dists = learner.choice_dists(chunk)
+                            part = (
+                                torch.stack(
+                                    [
+                                        target_kl(lp.float(), self._target(b, state_key(it), lp))
+                                        for it, lp in zip(chunk, dists, strict=True)
+                                    ]
+                                ).sum()
+                                / n
+                            )
+                        finite = finite and bool(torch.isfinite(part))
+                        if grad and finite:
+                            learner.optimizer.backward(part)
+                        total += float(part.detach())
+                if grad:
+                    b.agent_norms[adapter] = math.sqrt(tap.squared_norm())
+        return total if finite else math.inf
+
+    def _gauss_newton(self, b: _Batch, first: float) -> Fit:
+        """Per adapter, ``fit_steps`` Gauss-Newton steps of its states' logit differences
+        (``log pi(a) - log pi(a_0)``) towards the targets' (:func:`gauss_newton_fit`), from
+        the KL ``first`` at the start."""
+        best = first
+        for adapter, group in sorted(b.by_adapter.items()):
+            params = self.learner.adapter_params[adapter]
+
+            def linearise(
+                adapter: str = adapter, group: list[tuple] = group, params: list = params
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+                jac, residual = [], []
+                with self.learner.host.use(adapter):
+                    for chunk in self.learner.chunks([b.states[k] for k in group]):
+                        j, r = state_jacobian(self.learner, chunk, params, b.targets)
+                        jac.append(j)
+                        residual.append(r)
+                return torch.cat(jac), torch.cat(residual)
+
+            best = gauss_newton_fit(
+                linearise,
+                params,
+                lambda: self._loss(b, False),
+                self.cfg.ridge,
+                self.cfg.fit_steps,
+                best,
+            ).best
+        return Fit(first, best)
+
+
+def state_jacobian(
+    learner: Learner,
+    chunk: list[TrainItem],
+    params: list[torch.nn.Parameter],
+    targets: dict[tuple, torch.Tensor],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The logit differences of ``chunk``'s states (distinct), on ``learner``'s host: their
+    Jacobian over ``params`` ([rows, P], a row per (state, action > 0)) and their residuals to
+    the targets.  The states are scored without shared work, so one backward pass per action
+    index gives every state's row (:class:`RowGrads`)."""
+    with (
+        RowGrads(learner.host.model, params, len(chunk)) as rows,
+        learner.compute(),
+    ):
+        scores = learner.host.separate_scores(
+            [it.prompt_ids for it in chunk], [it.candidate_ids for it in chunk], rows.owner
+        )
+    dists = [
+        torch.log_softmax(s.float() / scale_temperature(it.temperature), 0)
+        for it, s in zip(chunk, scores, strict=True)
+    ]
+    width = max(len(d) for d in dists)
+    per_action = []
+    for a in range(1, width):
+        total = sum(d[a] - d[0] for d in dists if len(d) > a)
+        torch.autograd.grad(total, params, retain_graph=a < width - 1, allow_unused=True)
+        per_action.append(rows.take())
+    jac, residual = [], []
+    for k, (it, d) in enumerate(zip(chunk, dists, strict=True)):
+        t = targets[state_key(it)]
+        jac.extend(per_action[a - 1][k] for a in range(1, len(d)))
+        residual.append((t[1:] - t[0]) - (d[1:] - d[0]).detach())
+    return torch.stack(jac), torch.cat(residual)

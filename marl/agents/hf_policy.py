@@ -1,0 +1,170 @@
+"""A role on a :class:`~marl.agents.host.ModelHost`: the ``hf`` backend's policy.
+
+Each role's :class:`HFPolicy` names its adapter (or none: the base) and its decoding: free
+text, a choice among the legal moves' texts, or think (reason, then choose).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+
+import torch
+
+from marl.agents.host import ModelHost
+from marl.agents.host.generation import think_contexts, think_responses
+from marl.agents.host.prompts import role_prompts
+from marl.agents.policy import (
+    Request,
+    Response,
+    choice_probs,
+    choice_response,
+    greedy,
+    register_backend,
+)
+from marl.agents.precision import autocast
+
+MODES = ("free", "choice", "think")
+
+
+class HFPolicy:
+    """One role on a :class:`ModelHost`: its adapter (or none) and its decoding settings."""
+
+    def __init__(
+        self,
+        host: ModelHost,
+        adapter: str | None = None,
+        mode: str = "free",
+        temperature: float = 1.0,
+        max_new_tokens: int = 64,
+        top_p: float = 1.0,
+        max_prompt_tokens: int = 1024,
+        precision: str = "fp32",
+        seed: int = 0,
+        think_tokens: int = 48,
+        think_prompt: str = "",
+    ) -> None:
+        if mode not in MODES:
+            raise ValueError(f"decoding mode must be one of {', '.join(MODES)}, got {mode!r}")
+        self.host, self.adapter, self.mode, self.precision = host, adapter, mode, precision
+        self.temperature, self.max_new_tokens, self.top_p = temperature, max_new_tokens, top_p
+        self.max_prompt_tokens = max_prompt_tokens
+        self.think_tokens, self.think_prompt = think_tokens, think_prompt
+        self.rng = random.Random(seed)
+
+    @property
+    def reasons(self) -> bool:
+        """Think mode with a reasoning budget (with none it is choice mode, prompt and all)."""
+        return self.mode == "think" and self.think_tokens > 0
+
+    @property
+    def sampled_table(self) -> bool:
+        """Whether :meth:`probabilities` is a sample: the choice distribution after one
+        sampled reasoning (greedy reasoning is one fixed path, so exact)."""
+        return self.reasons and not greedy(self.temperature)
+
+    def reseed(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+
+    def _seed(self) -> int:
+        return self.rng.randrange(2**31 - 1)
+
+    def _compute(self) -> contextlib.AbstractContextManager:
+        """This role's precision, on the device the host is on now (Ray may move it)."""
+        return autocast(self.precision, self.host.device)
+
+    def _prompts(self, requests: list[Request]) -> tuple[list[list[int]], list[bool]]:
+        return role_prompts(
+            self.host, requests, self.max_prompt_tokens, self.think_prompt if self.reasons else ""
+        )
+
+    def act(self, requests: list[Request]) -> list[Response]:
+        if not requests:
+            return []
+        prompts, cut = self._prompts(requests)
+        with self.host.use(self.adapter), self._compute():
+            if self.reasons:
+                return self._think(requests, prompts, cut)
+            if self.mode != "free":
+                return self._choose(requests, prompts, cut)
+            comps, logps = self.host.generate(
+                prompts, self.max_new_tokens, self.temperature, self.top_p, self._seed()
+            )
+        tok = self.host.tokenizer
+        return [
+            Response(
+                text=tok.decode(c, skip_special_tokens=True),
+                prompt_ids=p,
+                completion_ids=c,
+                logprobs=lp,
+                truncated_prompt=t,
+                temperature=self.temperature,
+            )
+            for p, c, lp, t in zip(prompts, comps, logps, cut, strict=True)
+        ]
+
+    @torch.no_grad()
+    def _scores(
+        self, requests: list[Request], prompts: list[list[int]]
+    ) -> tuple[list[list[int]], list[list[float]]]:
+        """Candidate token ids and ``log p(text_a | prompt)`` of every legal action."""
+        cands = [[self.host.text_ids(t) for t in r.action_texts] for r in requests]
+        scores = [s.tolist() for s in self.host.candidate_scores(prompts, cands)]
+        return cands, scores
+
+    def _choose(
+        self, requests: list[Request], prompts: list[list[int]], cut: list[bool]
+    ) -> list[Response]:
+        """Sample from the normalised candidate scores."""
+        cands, scores = self._scores(requests, prompts)
+        return [
+            choice_response(req, p, cs, s, self.temperature, self.rng, t)
+            for req, p, cs, s, t in zip(requests, prompts, cands, scores, cut, strict=True)
+        ]
+
+    def _reason(
+        self, prompts: list[list[int]]
+    ) -> tuple[list[list[int]], list[list[float]], list[list[int]]]:
+        """Sampled reasoning per prompt, its token log-probs, and the context the choice is
+        scored after: prompt, reasoning (its end-of-sequence token dropped), separator."""
+        reasoning, logps = self.host.generate(
+            prompts, self.think_tokens, self.temperature, self.top_p, self._seed()
+        )
+        return reasoning, logps, think_contexts(self.host, prompts, reasoning)
+
+    def _think(
+        self, requests: list[Request], prompts: list[list[int]], cut: list[bool]
+    ) -> list[Response]:
+        """Reason, then choose after the reasoning; both parts' log-probs go to the learner."""
+        reasoning, logps, contexts = self._reason(prompts)
+        cands, scores = self._scores(requests, contexts)
+        return think_responses(
+            self.host,
+            requests,
+            prompts,
+            reasoning,
+            logps,
+            contexts,
+            cands,
+            scores,
+            cut,
+            self.temperature,
+            self.rng,
+        )
+
+    def probabilities(self, requests: list[Request]) -> list[list[float]]:
+        """The choice distribution over each request's legal actions: how table policies
+        are read off a model.  Exact, with ``choice`` semantics whatever this policy's mode,
+        except for a reasoning policy: the distribution after one sampled reasoning
+        (:attr:`sampled_table`), an unbiased one-sample estimate of its table."""
+        prompts, _ = self._prompts(requests)
+        with self.host.use(self.adapter), self._compute():
+            if self.reasons:
+                prompts = self._reason(prompts)[2]
+            _, scores = self._scores(requests, prompts)
+        return [choice_probs(s, self.temperature) for s in scores]
+
+
+@register_backend("hf")
+def hf_policy(host: ModelHost, **kwargs) -> HFPolicy:
+    return HFPolicy(host, **kwargs)

@@ -1,0 +1,158 @@
+"""Shared heads in the KV cache: run what many prompts begin with once.
+
+Prompts of one seat share the system prompt and the rules; scoring and generation run such a
+head once (right-padded with the other heads), then let every row continue from its head's
+cached keys and values, each token at the position it has in its own prompt.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from peft import PeftModel
+
+#: Shortest head worth sharing between prompts (tokens).
+MIN_HEAD = 16
+
+
+def left_pad(prompts: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded ids and attention mask: generation continues every row at the same column."""
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p) :] = torch.tensor(p)
+        mask[i, width - len(p) :] = 1
+    return ids, mask
+
+
+def common_prefix(seqs: list[list[int]]) -> int:
+    """Length of the longest common prefix, leaving every sequence at least one own token."""
+    n = min(len(s) for s in seqs) - 1
+    first = seqs[0]
+    for i in range(max(n, 0)):
+        if any(s[i] != first[i] for s in seqs):
+            return i
+    return max(n, 0)
+
+
+def head_clusters(prompts: list[list[int]]) -> list[list[int]]:
+    """Group prompt indices whose prompts share a head of at least :data:`MIN_HEAD` tokens.
+
+    Prompts of one seat share the system prompt and the rules; scoring runs such a head once
+    for the whole group (see ``ModelHost.candidate_scores``).  Identical prompts always share a
+    group; indices keep their order within a group.
+    """
+    order = sorted(range(len(prompts)), key=lambda i: prompts[i])
+    groups: list[list[int]] = []
+    for i in order:
+        if groups and common_prefix([prompts[groups[-1][0]], prompts[i]]) >= MIN_HEAD:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return [sorted(g) for g in groups]
+
+
+class Prefill:
+    """The host's forwards over the decoder with a shared KV cache (a :class:`ModelHost` part).
+
+    ``share_prefix = False`` runs every row in full: no head is computed once (what a
+    benchmark compares against)."""
+
+    model: torch.nn.Module
+    tokenizer: Any
+    share_prefix: bool
+    _cache_kw: str
+    device: torch.device
+
+    def _head(self, seqs: list[list[int]]) -> int:
+        """The common prefix of ``seqs`` (0 when prefix sharing is off)."""
+        return common_prefix(seqs) if self.share_prefix else 0
+
+    def _clusters(self, prompts: list[list[int]]) -> list[list[int]]:
+        """:func:`head_clusters`, or one prompt per cluster when prefix sharing is off."""
+        if self.share_prefix:
+            return head_clusters(prompts)
+        return [[i] for i in sorted(range(len(prompts)), key=lambda i: prompts[i])]
+
+    def _base(self) -> torch.nn.Module:
+        return self.model.get_base_model() if isinstance(self.model, PeftModel) else self.model
+
+    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The LM head on chosen hidden states (float32), with the model's logit soft-cap."""
+        logits = self._base().get_output_embeddings()(hidden).float()
+        cap = getattr(self.model.config, "final_logit_softcapping", None)
+        return torch.tanh(logits / cap) * cap if cap else logits
+
+    def _extend(
+        self,
+        rows: list[list[int]],
+        start: torch.Tensor,
+        cache: Any = None,
+        past_mask: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, Any, torch.Tensor]:
+        """Run right-padded ``rows`` after ``cache`` (whose valid slots ``past_mask`` marks);
+        row i's first token sits at position ``start[i]``.  Returns the hidden states, the
+        extended cache and its mask."""
+        decoder = self._base().get_decoder()
+        width = max(len(r) for r in rows)
+        ids = torch.full((len(rows), width), self.tokenizer.pad_token_id, dtype=torch.long)
+        new = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, r in enumerate(rows):
+            ids[i, : len(r)] = torch.tensor(r)
+            new[i, : len(r)] = 1
+        mask = new if past_mask is None else torch.cat([past_mask, new], 1)
+        positions = start[:, None] + torch.arange(width)
+        dev = self.device
+        out = decoder(
+            input_ids=ids.to(dev),
+            attention_mask=mask.to(dev),
+            position_ids=positions.to(dev),
+            use_cache=True,
+            **({self._cache_kw: cache} if cache is not None else {}),
+        )
+        cache = out["cache"] if "cache" in out else out["past_key_values"]
+        return out.last_hidden_state, cache, mask
+
+    def _shared_heads(
+        self, heads: list[list[int]], owner: list[int]
+    ) -> tuple[Any, torch.Tensor | None]:
+        """Run each head once (right-padded together); row i of the returned cache and mask
+        is head ``owner[i]``'s, for the rows to extend.  Empty heads: nothing to share."""
+        if not all(heads):
+            return None, None
+        _, cache, mask = self._extend(heads, torch.zeros(len(heads), dtype=torch.long))
+        rows = torch.tensor(owner)
+        cache.batch_select_indices(rows.to(self.device))
+        return cache, mask[rows]
+
+    def _prefilled(self, prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor, Any]:
+        """The batch as ``generate`` takes it, each shared head already in the KV cache.
+
+        Prompts that share a head (:func:`head_clusters`: a seat's system prompt and rules)
+        have it run once per cluster; row i is laid out as its cluster's head (right-padded
+        to the longest head) followed by its own tail (left-padded), with the mask marking
+        the real tokens.  ``generate`` reads positions off the mask, so every token keeps
+        the position it has in its own prompt: the same distribution as without sharing.
+        Returns ids, mask and the cache (None: no two prompts share a head).
+        """
+        pad = self.tokenizer.pad_token_id
+        clusters = self._clusters(prompts) if len(prompts) > 1 else []
+        if all(len(c) == 1 for c in clusters):
+            return *left_pad(prompts, pad), None
+        heads, owner = [], [0] * len(prompts)
+        for k, cluster in enumerate(clusters):
+            heads.append(prompts[cluster[0]][: self._head([prompts[i] for i in cluster])])
+            for i in cluster:
+                owner[i] = k
+        cache, head_mask = self._shared_heads(heads, owner)
+        if cache is None:
+            return *left_pad(prompts, pad), None
+        head_ids = torch.full(head_mask.shape, pad, dtype=torch.long)
+        for i, k in enumerate(owner):
+            head_ids[i, : len(heads[k])] = torch.tensor(heads[k])
+        tail_ids, tail_mask = left_pad(
+            [p[len(heads[k]) :] for p, k in zip(prompts, owner, strict=True)], pad
+        )
+        return (torch.cat([head_ids, tail_ids], 1), torch.cat([head_mask, tail_mask], 1), cache)

@@ -1,0 +1,42 @@
+"""What an update does with the learner's log-probs: one objective per module.
+
+An objective is made from a :class:`~marl.train.learner.Learner` (its passes, optimizer and
+config) and turns a batch into one update.  Modules register theirs under a name
+(:func:`register_objective`); the config picks the name (:func:`objective_name`).
+
+- ``grpo`` (:mod:`.grpo`): the clipped GRPO step, with the mismatch correction, dual clip and
+  magnet KL;
+- ``policy_target`` (:mod:`.policy_target`): MMD's closed-form targets, fitted by the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+from marl.config.train import TrainConfig
+
+if TYPE_CHECKING:
+    from marl.train.learner import Learner, TrainItem, UpdateStats
+
+
+class Objective(Protocol):
+    def __init__(self, learner: Learner) -> None: ...
+
+    def update(self, items: list[TrainItem]) -> UpdateStats: ...
+
+
+OBJECTIVES: dict[str, type[Objective]] = {}
+
+
+def register_objective(name: str) -> Callable[[type[Objective]], type[Objective]]:
+    def add(cls: type[Objective]) -> type[Objective]:
+        OBJECTIVES[name] = cls
+        return cls
+
+    return add
+
+
+def objective_name(cfg: TrainConfig) -> str:
+    """``policy_target`` when ``train.policy_target.eta > 0``, else ``train.algorithm``."""
+    return "policy_target" if cfg.policy_target.eta > 0 else cfg.algorithm

@@ -1,0 +1,192 @@
+"""The GRPO step: clipped policy-gradient updates against the sampling-time log-probs.
+
+Per token ``t`` of a decision with advantage ``A`` (math in docs/algorithms.md#the-grpo-loss,
+:func:`marl.train.loss.grpo_loss`):
+
+    L = -min(r_t A, clip(r_t, 1 - eps_low, 1 + eps_high) A)  [+ dual clip, KL, entropy, magnet]
+    r_t = pi_theta(t) / pi_old(t)
+
+``epochs`` passes over a batch take one optimizer step each against the same sampling-time
+log-probs, so from the second pass on the ratio leaves 1 and the clip bounds how far the policy
+moves (PPO's epochs, TRL's ``num_iterations``).  Each agent's share of the loss is accumulated
+apart and the norm of its gradient recorded (Dr. MAS).
+
+Mismatch correction (``train.mismatch``): with ``recompute`` the ratio's old log-probs are the
+learner's own, computed before the update; ``tis`` also weighs each token by
+``min(pi_learner / pi_engine, cap)`` (truncated importance sampling).  With a magnet the loss
+adds ``alpha * KL(pi || magnet)``, exact over the legal actions in choice decoding.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import replace
+
+import torch
+
+from marl.train.learner import Learner, TrainItem, UpdateStats
+from marl.train.loss import exact_kl, grpo_loss, k3
+from marl.train.objectives import register_objective
+
+
+def _item_weights(items: list[TrainItem], mask: torch.Tensor) -> torch.Tensor:
+    """The items' own per-token weights (set by ``_relabel``), padded like ``mask``."""
+    weights = torch.zeros_like(mask)
+    for i, it in enumerate(items):
+        weights[i, : len(it.weights)] = torch.tensor(it.weights, device=mask.device)
+    return weights
+
+
+@register_objective("grpo")
+class GRPO:
+    """The clipped GRPO step of a :class:`~marl.train.learner.Learner`."""
+
+    def __init__(self, learner: Learner) -> None:
+        self.learner, self.cfg = learner, learner.cfg
+
+    def update(self, items: list[TrainItem]) -> UpdateStats:
+        """``epochs`` passes over the batch, each one clipped optimizer step; the stats are
+        the last pass's.  A pass with a non-finite loss or gradient applies nothing and ends
+        the update, reported as skipped (a further pass would start from the same weights)."""
+        n_total = sum(it.tokens for it in items)
+        correct = self.learner.correction != "none"
+        # one pass: the old log-probs the correction asks for are the loss forward's own,
+        # detached (the same weights), so no pass of their own is needed
+        own_old = correct and self.cfg.epochs == 1
+        mismatch = None
+        if correct and items and not own_old:
+            items, mismatch = self._relabel(items)
+        for _ in range(self.cfg.epochs):
+            stats = self._step(items, n_total, own_old)
+            if stats.skipped:
+                break
+        if not own_old:
+            stats.mismatch = mismatch
+        return stats
+
+    def _micro_loss(self, items: list[TrainItem], n_total: int, gaps: list | None = None):
+        """Loss of ``items`` scaled by their share of the batch's tokens, its forwards in
+        the learner's precision (the backward follows the forward's dtypes).
+
+        With ``gaps`` the ratio's old log-probs are this forward's own, detached: what the
+        correction would recompute before a one-pass update (the same weights), so the ratio
+        is exactly 1 and carries the gradient; ``tis`` weighs each token by
+        ``min(pi_learner / pi_engine, cap)``; ``gaps`` gathers the mismatch."""
+        learner, cfg = self.learner, self.cfg
+        choice = items[0].kind == "choice"
+        adv = torch.tensor([it.advantage for it in items], device=learner.host.device)
+        with learner.compute():
+            rho = learner.magnet_logp(items) if learner.magnet > 0 else None
+            dists = learner.choice_dists(items) if choice else None
+            logp, old, mask, ent = (
+                learner.choice_logp(items, dists) if choice else learner.logp_fn(items[0])(items)
+            )
+            tis = None
+            if gaps is not None:
+                engine, old = old, logp.detach()
+                gaps[0] += float(((engine - old).abs() * mask).sum())
+                gaps[1] += int(mask.sum())
+                if learner.correction == "tis":
+                    tis = (old - engine).exp().clamp(max=cfg.mismatch.cap) * mask
+            ref = None
+            if cfg.kl > 0:  # the frozen reference is the base with adapters disabled
+                with torch.no_grad(), learner.host.use(None):
+                    ref = learner.logp_fn(items[0])(items)[0]
+            mag = None
+            if rho is not None:  # exact over the legal actions; text: k3 on the sampled tokens
+                mag = (
+                    torch.stack([exact_kl(lp, r) for lp, r in zip(dists, rho, strict=True)])[
+                        :, None
+                    ]
+                    if choice
+                    else k3(logp, rho)
+                )
+            parts = grpo_loss(
+                logp,
+                old,
+                adv,
+                mask,
+                cfg.clip_low,
+                cfg.clip_high,
+                ref,
+                cfg.kl,
+                ent,
+                cfg.entropy,
+                _item_weights(items, mask) if items[0].weights is not None else tis,
+                mag,
+                learner.magnet,
+                cfg.dual_clip,
+            )
+        share = float(mask.sum()) / n_total
+        return parts, share
+
+    @torch.no_grad()
+    def _relabel(self, items: list[TrainItem]) -> tuple[list[TrainItem], float]:
+        """The items with the learner's own log-probs as the ratio's old ones (and, for
+        ``tis``, per-token weights ``min(pi_learner / pi_engine, cap)``), plus the mean
+        ``|log pi_engine - log pi_learner|`` over their tokens (verl, OpenRLHF)."""
+        out, diffs = [], []
+        by_adapter: dict[tuple, list[TrainItem]] = defaultdict(list)
+        for it in items:
+            by_adapter[(it.adapter, it.kind)].append(it)
+        for (adapter, _), group in sorted(by_adapter.items()):
+            logp_fn = self.learner.logp_fn(group[0])
+            with self.learner.host.use(adapter):
+                for chunk in self.learner.chunks(group):
+                    logp = logp_fn(chunk)[0]
+                    for i, it in enumerate(chunk):
+                        mine = logp[i, : len(it.old_logprobs)]
+                        engine = torch.tensor(it.old_logprobs, device=mine.device)
+                        diffs.append((engine - mine).abs())
+                        w = None
+                        if self.learner.correction == "tis":
+                            w = (mine - engine).exp().clamp(max=self.cfg.mismatch.cap).tolist()
+                        out.append(replace(it, old_logprobs=mine.tolist(), weights=w))
+        return out, float(torch.cat(diffs).mean())
+
+    def _step(self, items: list[TrainItem], n_total: int, own_old: bool = False) -> UpdateStats:
+        """Accumulate the loss of every item, per agent, then take one clipped step;
+        ``own_old``: the ratio's old log-probs are this pass's own (see ``_micro_loss``)."""
+        self.learner.optimizer.zero_grad()
+        by_agent: dict[tuple, list[TrainItem]] = defaultdict(list)
+        for it in items:
+            by_agent[(it.adapter, it.kind, str(it.agent))].append(it)
+        totals = defaultdict(float)
+        gaps = [0.0, 0]  # sum |log pi_engine - log pi_learner| over tokens, tokens
+        agent_norms: dict[str, float] = {}
+        with self.learner.training():
+            for (adapter, _, agent), group in sorted(by_agent.items(), key=lambda kv: kv[0]):
+                with (
+                    self.learner.host.use(adapter),
+                    self.learner.grad_tap() as tap,
+                ):
+                    for chunk in self.learner.chunks(group):
+                        parts, share = self._micro_loss(chunk, n_total, gaps if own_old else None)
+                        if not torch.isfinite(parts.loss):
+                            self.learner.optimizer.discard()
+                            return UpdateStats(
+                                float("nan"), float("nan"), {}, 0, 0, 0, n_total, skipped=True
+                            )
+                        self.learner.optimizer.backward(parts.loss * share)
+                        totals["loss"] += float(parts.loss.detach()) * share
+                        totals["clip"] += parts.clip_frac * share
+                        totals["kl"] += parts.kl * share
+                        totals["ent"] += parts.entropy * share
+                        totals["kl_magnet"] += parts.kl_magnet * share
+                key = f"{adapter}/{agent}"
+                agent_norms[key] = math.sqrt(agent_norms.get(key, 0.0) ** 2 + tap.squared_norm())
+        norm = self.learner.optimizer.step()  # clips; applies nothing when the norm is not finite
+        if not math.isfinite(norm):
+            return UpdateStats(totals["loss"], norm, agent_norms, 0, 0, 0, n_total, skipped=True)
+        return UpdateStats(
+            totals["loss"],
+            norm,
+            agent_norms,
+            totals["clip"],
+            totals["kl"],
+            totals["ent"],
+            n_total,
+            kl_magnet=totals["kl_magnet"],
+            mismatch=gaps[0] / gaps[1] if own_old and gaps[1] else None,
+        )
