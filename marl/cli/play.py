@@ -72,8 +72,8 @@ def play_cmd(
     from marl import games
     from marl.agents.builder import build_roster
     from marl.agents.models import ModelError
-    from marl.orchestrator.participants import ParticipantLoader
-    from marl.orchestrator.play import play, report_table
+    from marl.agents.participants import ParticipantLoader
+    from marl.orchestrator.arena.play import play, report_table
 
     cfg = load_team(config)
     if game is not None:
@@ -163,8 +163,8 @@ def _play_human(
     """A person against ``against`` (a bot or a trained team), else the config's first role."""
     from marl.agents.builder import build_roster
     from marl.agents.models import ModelError
-    from marl.orchestrator.human import play_human
-    from marl.orchestrator.participants import ParticipantLoader
+    from marl.agents.participants import ParticipantLoader
+    from marl.orchestrator.arena.human import play_human
 
     try:
         with console.status("Loading your opponent..."):

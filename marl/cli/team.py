@@ -30,7 +30,7 @@ def export_cmd(
     """Write a self-contained team: team.yaml, LoRA adapters, model card (README.md)."""
     from marl.config import ConfigError
     from marl.infra.layout import LayoutError
-    from marl.orchestrator.export import ExportError, export_run
+    from marl.orchestrator.serving.export import ExportError, export_run
     from marl.topologies import TopologyError
 
     try:
@@ -66,7 +66,7 @@ def serve_cmd(
     quiet_transformers()
     from rich.console import Console
 
-    from marl.orchestrator.serve import ServeError, serve
+    from marl.orchestrator.serving.serve import ServeError, serve
 
     key = None
     if api_key_env is not None:

@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from marl.config import TeamConfig, load_config, load_config_text  # noqa: E402
 from marl.config.schema import DecodingConfig, RoleConfig, TopologyConfig  # noqa: E402
-from marl.orchestrator.credit import Accuracy, held_out_tasks  # noqa: E402
+from marl.orchestrator.arena.credit import Accuracy, held_out_tasks  # noqa: E402
 from marl.orchestrator.team import Team  # noqa: E402
 from marl.orchestrator.team.runtime import trained_parts  # noqa: E402
 from marl.topologies import SPATIAL, Topology  # noqa: E402

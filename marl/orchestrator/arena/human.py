@@ -25,7 +25,7 @@ from marl.agents.scripted import HumanPolicy, HumanQuit
 from marl.config import GameConfig
 from marl.games import InvalidAction, TextGame
 from marl.games.poker import PokerGame
-from marl.orchestrator.play import episode_json
+from marl.orchestrator.arena.play import episode_json
 
 HUMAN = "you"
 
