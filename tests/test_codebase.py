@@ -62,7 +62,6 @@ OVERSIZED: dict[str, int] = {
     "marl/orchestrator/arena/human.py:play_human": 66,
     "marl/orchestrator/arena/ratings.py:fit_bt": 65,
     "marl/orchestrator/arena/ratings.py:rate": 88,
-    "marl/orchestrator/serving/serve.py:create_app": 124,
     "marl/orchestrator/team/runtime.py:Team": 323,
     "marl/topologies/render.py:draw_png": 62,
     "marl/train/learner.py:Learner": 530,
