@@ -1,7 +1,7 @@
 """A trained team in service.
 
-- :mod:`~marl.orchestrator.serving.export`: ``export_run`` (a self-contained team folder with its
-  model card);
+- :mod:`~marl.orchestrator.serving.export`: ``export_run`` (a self-contained team folder) with
+  its model card (:mod:`~marl.orchestrator.serving.card`);
 - :mod:`~marl.orchestrator.serving.serve`: ``serve`` (an OpenAI-compatible HTTP server over a
   :class:`~marl.orchestrator.team.Team`, under uvicorn), built from :mod:`.api` (the wire models,
   errors and limits), :mod:`.batcher` (the worker thread that batches requests), :mod:`.metrics`

@@ -1,4 +1,5 @@
-"""Serve a team behind an OpenAI-compatible API: the app (:mod:`.app`) under uvicorn.
+"""Serve a team behind an OpenAI-compatible API: the app of
+:mod:`marl.orchestrator.serving.app` under uvicorn.
 
 The server binds 127.0.0.1 unless told otherwise; a connection that sends no whole request head
 within ``Limits.header_timeout_s`` is closed.
