@@ -57,7 +57,6 @@ OVERSIZED: dict[str, int] = {
     "marl/cli/train.py:eval_team_cmd": 78,
     "marl/config/schema.py:cross_check": 75,
     "marl/games/game_tree.py:build_tree": 103,
-    "marl/orchestrator/team/runtime.py:Team": 323,
     "marl/topologies/render.py:draw_png": 62,
     "marl/train/learner.py:Learner": 530,
     "marl/train/learner.py:_fit": 101,
