@@ -33,14 +33,7 @@ ALLOWED = {
 }
 
 #: Imports against the layers still to be moved (file: module); the list only gets shorter.
-UPWARD: set[tuple[str, str]] = {
-    ("marl/train/checkpoint.py", "marl.orchestrator.participants"),
-    ("marl/train/league.py", "marl.orchestrator.participants"),
-    ("marl/train/runtime.py", "marl.orchestrator.participants"),
-    ("marl/train/trainer.py", "marl.orchestrator.participants"),
-    ("marl/train/workers.py", "marl.orchestrator.evaluation"),
-    ("marl/train/workers.py", "marl.orchestrator.participants"),
-}
+UPWARD: set[tuple[str, str]] = set()
 
 #: Files that still edit ``sys.path`` or reach private names; the list only gets shorter.
 UNTIDY: set[str] = {
@@ -52,13 +45,6 @@ UNTIDY: set[str] = {
 #: A place that shrinks under the limit must leave this list, so it only ever gets shorter.
 OVERSIZED: dict[str, int] = {
     "marl/config/schema.py:cross_check": 75,
-    "marl/orchestrator/export.py:export_run": 68,
-    "marl/orchestrator/export.py:model_card": 100,
-    "marl/orchestrator/human.py:play_human": 66,
-    "marl/orchestrator/ratings.py:fit_bt": 65,
-    "marl/orchestrator/ratings.py:rate": 88,
-    "marl/orchestrator/serve.py:create_app": 124,
-    "marl/orchestrator/team/runtime.py:Team": 323,
     "marl/train/trainer.py:check_compatible": 86,
 }
 

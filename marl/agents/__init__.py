@@ -5,6 +5,9 @@ and the batched rollout engine.  Uses games; knows nothing of training.
 ``tiny-random``, a Hugging Face id or a local path); ``build_roster(team_cfg)`` turns a team's
 roles into agents with one policy per role; ``make_policy(backend, ...)`` builds one policy;
 ``RolloutEngine`` plays many games at once, one batched ``act`` call per policy and step.
+``participants.ParticipantLoader`` turns a source (bot, team file, run, checkpoint, export,
+HTTP model, population) into an agent that takes a seat; ``tables`` reads an agent's table
+policy and evaluates it exactly.
 """
 
 # Importing a backend module registers it with agents.policy.make_policy.

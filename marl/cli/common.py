@@ -100,7 +100,9 @@ def tournament_problems(cfg: TournamentConfig, base: Path) -> list[PathProblem]:
     problems, seats = game_problems(cfg.game, tasks=False)
     if problems:
         return problems
-    from marl.orchestrator.tournament import source_problems  # loads the model stack: only here
+    from marl.orchestrator.arena.tournament import (
+        source_problems,  # loads the model stack: only here
+    )
 
     return source_problems(cfg, base)
 

@@ -13,8 +13,8 @@ from marl.cli.errors import write_json
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from marl.orchestrator.credit import CreditReport
-    from marl.orchestrator.evaluation import ExploitabilityReport, OutcomeReport
+    from marl.agents.tables import ExploitabilityReport, OutcomeReport
+    from marl.orchestrator.arena.credit import CreditReport
 
 eval_app = typer.Typer(no_args_is_help=True, help="Evaluation of players and teams.")
 
@@ -94,8 +94,8 @@ def eval_exploitability_cmd(
 
     from marl import games
     from marl.agents.models import ModelError
-    from marl.orchestrator.evaluation import agent_report
-    from marl.orchestrator.participants import ParticipantLoader
+    from marl.agents.participants import ParticipantLoader
+    from marl.agents.tables import agent_report
 
     env = games.make(game) if game in games.names() else None
     if env is None or not hasattr(env, "root_state"):
@@ -163,9 +163,9 @@ def eval_against_cmd(
 
     from marl import games
     from marl.agents.models import ModelError
+    from marl.agents.participants import ParticipantLoader
+    from marl.agents.tables import agent_probs, outcome_report
     from marl.games.bots import make_bot
-    from marl.orchestrator.evaluation import agent_probs, outcome_report
-    from marl.orchestrator.participants import ParticipantLoader
 
     env = games.make(game) if game in games.names() else None
     if env is None or not getattr(env, "perfect_information", False):
@@ -237,7 +237,7 @@ def eval_population_cmd(
 
     from marl.agents.models import ModelError
     from marl.infra.layout import POPULATION_FILE
-    from marl.orchestrator.population import solve_population
+    from marl.orchestrator.arena.population import solve_population
 
     console = Console()
     try:
@@ -277,7 +277,7 @@ def eval_team_cmd(
 
     from marl.agents.models import ModelError
     from marl.infra.layout import resolve
-    from marl.orchestrator.credit import CreditRow, credit_report
+    from marl.orchestrator.arena.credit import CreditRow, credit_report
     from marl.orchestrator.team import TeamError
     from marl.topologies import TopologyError
 

@@ -149,8 +149,8 @@ def _play_bots(
 
     from marl.agents.builder import build_roster
     from marl.agents.models import ModelError
-    from marl.orchestrator.participants import ParticipantLoader
-    from marl.orchestrator.play import play, report_table
+    from marl.agents.participants import ParticipantLoader
+    from marl.orchestrator.arena.play import play, report_table
 
     try:
         with console.status(f"Loading team {cfg.name}..."):
@@ -208,8 +208,8 @@ def _play_human(
     """A person against ``against`` (a bot or a trained team), else the config's first role."""
     from marl.agents.builder import build_roster
     from marl.agents.models import ModelError
-    from marl.orchestrator.human import play_human
-    from marl.orchestrator.participants import ParticipantLoader
+    from marl.agents.participants import ParticipantLoader
+    from marl.orchestrator.arena.human import play_human
 
     try:
         with console.status("Loading your opponent..."):

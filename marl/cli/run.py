@@ -38,7 +38,7 @@ def _show(result: TeamResult, title: str) -> None:
 
 def _tasks(team: Team, game: str, episodes: int, seed: int) -> list:
     """Held-out instances of ``game``, with the team's task arguments when it is its task."""
-    from marl.orchestrator.credit import held_out_tasks
+    from marl.orchestrator.arena.credit import held_out_tasks
 
     kwargs = team.cfg.game.kwargs if team.cfg.game.name == game else {}
     try:
@@ -84,7 +84,7 @@ def run_cmd(
         fail("give exactly one of --task TEXT or --game TASK")
     quiet_transformers()
     from marl.games.tasks import task_names
-    from marl.orchestrator.credit import Accuracy
+    from marl.orchestrator.arena.credit import Accuracy
     from marl.orchestrator.team import TeamError
 
     if game is not None and game not in task_names():  # before any model is loaded

@@ -30,7 +30,7 @@ def export_cmd(
     """Write a self-contained team: team.yaml, LoRA adapters, model card (README.md)."""
     from marl.config import ConfigError
     from marl.infra.layout import LayoutError
-    from marl.orchestrator.export import ExportError, export_run
+    from marl.orchestrator.serving.export import ExportError, export_run
     from marl.topologies import TopologyError
 
     try:
@@ -66,7 +66,13 @@ def serve_cmd(
     quiet_transformers()
     from rich.console import Console
 
-    from marl.orchestrator.serve import ServeError, serve
+    from marl.orchestrator.serving.serve import (
+        ServeError,
+        exposure_warning,
+        open_server,
+        ready_line,
+        run_until_interrupted,
+    )
 
     key = None
     if api_key_env is not None:
@@ -76,9 +82,13 @@ def serve_cmd(
     with Console(stderr=True).status(f"Loading {team}..."):
         runtime = load_runtime_team(team)
     try:
-        serve(runtime, host, port, api_key=key, max_batch=max_batch)
+        server = open_server(runtime, host, port, api_key=key, max_batch=max_batch)
     except ServeError as exc:
         fail(str(exc))
+    if warning := exposure_warning(host, key):
+        typer.echo(f"warning: {warning}", err=True)
+    typer.echo(ready_line(server, runtime))
+    run_until_interrupted(server)
 
 
 @topology_app.command("show")

@@ -33,8 +33,8 @@ def tournament_cmd(
     from marl.agents.models import ModelError
     from marl.config.tournament import TournamentConfig
     from marl.infra.actors import RayStartError
-    from marl.orchestrator.report import ratings_table, write_report
-    from marl.orchestrator.tournament import Tournament, TournamentError, source_problems
+    from marl.orchestrator.arena.report import ratings_table, write_report
+    from marl.orchestrator.arena.tournament import Tournament, TournamentError, source_problems
 
     base = Path(config).parent
     cfg = load_file(config, TournamentConfig, [lambda c: source_problems(c, base)])

@@ -4,7 +4,7 @@ A tournament file names a game, the participants (bots, team files, run/checkpoi
 folders, HTTP models), how they are paired and how often, and how ratings are computed.
 Loaded with the team loader (``load_config(path, TournamentConfig)``), so problems are reported
 as ``FILE:LINE:COL: path: message`` like in team files.  Whether a participant's source exists
-is checked outside this leaf package (``marl.orchestrator.tournament.source_problems``).
+is checked outside this leaf package (``marl.orchestrator.arena.tournament.source_problems``).
 """
 
 from __future__ import annotations

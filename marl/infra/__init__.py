@@ -10,7 +10,9 @@
 - :mod:`marl.infra.jsonl`: ``complete_lines`` (a JSON-lines log read back, a torn last line cut);
 - :mod:`marl.infra.layout`: the run folder layout (``RUN/latest``, ``RUN/best``,
   ``RUN/checkpoints/step_NNNNNN``, ...), its pointers (followed only inside their run) and how
-  a user's path resolves.
+  a user's path resolves;
+- :mod:`marl.infra.seats`: ``ParticipantId`` (``team:<i>``, ``bot:<name>``, ``ckpt:<folder>``,
+  ``snap:<id>``), the written name of a seat's occupant that checkpoints store.
 """
 
 from marl.infra.actors import ActorPool, ActorPoolError, RayStartError, start_ray

@@ -1,42 +1,39 @@
-"""Running teams outside training: the team runtime, play, tournaments, evaluation, export, serving.
+"""Running teams outside training, in three rooms:
 
-- ``Team`` (``Team.from_yaml``, ``Team.load`` for a run, checkpoint or export): answers tasks
-  along its topology, in batches; ``team.to_langgraph()`` embeds it in a LangGraph app;
-- ``play`` (episodes of a game with seat rotation) and ``ParticipantLoader`` (bots, team files,
-  runs, checkpoints, exports and HTTP models as seat-takers);
-- ``run_tournament`` / ``Tournament`` (schedules, durable match log, ratings and report);
-- ``exploitability_report`` (a player's exact exploitability where the game has a tree);
-- ``solve_population`` (a run's snapshots as the least exploitable mixture, which
+- :mod:`~marl.orchestrator.team`: ``Team`` (``Team.from_yaml``, ``Team.load`` for a run,
+  checkpoint or export) answers tasks along its topology, in batches; ``team.to_langgraph()``
+  embeds it in a LangGraph app (the one part training uses);
+- :mod:`~marl.orchestrator.arena`: ``play`` (episodes of a game with seat rotation),
+  ``run_tournament`` / ``Tournament`` (schedules, durable match log, ratings and report),
+  ``solve_population`` (a run's snapshots as the least exploitable mixture, which
   ``RUN/population.json`` then seats as one participant);
-- ``export_run`` (a self-contained team folder) and ``serve`` (an OpenAI-compatible server).
+- :mod:`~marl.orchestrator.serving`: ``export_run`` (a self-contained team folder) and ``serve``
+  (an OpenAI-compatible server).
+
+Seat-takers (:class:`~marl.agents.participants.ParticipantLoader`) and exact table evaluation
+(:mod:`marl.agents.tables`) live in :mod:`marl.agents`, below both arena and training.
 """
 
-from marl.orchestrator.evaluation import exploitability_report
-from marl.orchestrator.export import ExportError, export_run
-from marl.orchestrator.participants import ParticipantId, ParticipantLoader
-from marl.orchestrator.play import play
-from marl.orchestrator.population import solve_population
-from marl.orchestrator.serve import serve
-from marl.orchestrator.team import NodeMessage, Team, TeamError, TeamResult
-from marl.orchestrator.tournament import (
+from marl.orchestrator.arena import (
     Tournament,
     TournamentError,
     TournamentResult,
+    play,
     run_tournament,
+    solve_population,
 )
+from marl.orchestrator.serving import ExportError, export_run, serve
+from marl.orchestrator.team import NodeMessage, Team, TeamError, TeamResult
 
 __all__ = [
     "ExportError",
     "NodeMessage",
-    "ParticipantId",
-    "ParticipantLoader",
     "Team",
     "TeamError",
     "TeamResult",
     "Tournament",
     "TournamentError",
     "TournamentResult",
-    "exploitability_report",
     "export_run",
     "play",
     "run_tournament",

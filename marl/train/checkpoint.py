@@ -44,7 +44,7 @@ from marl.infra.layout import (
     point,
     snapshot_file,
 )
-from marl.orchestrator.participants import ParticipantId
+from marl.infra.seats import ParticipantId
 from marl.train.league import Weights
 
 

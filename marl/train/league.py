@@ -2,7 +2,7 @@
 
 Pure self-play policy gradient tends to cycle; playing against a pool of past snapshots and
 fixed anchors (RLlib's league examples, fictitious self-play) keeps old weaknesses punished.
-An opponent is a :class:`~marl.orchestrator.participants.ParticipantId` (``bot:<name>``,
+An opponent is a :class:`~marl.infra.seats.ParticipantId` (``bot:<name>``,
 ``ckpt:<folder>``, ``snap:<step>``), or None for the latest policy (self-play).
 With ``sampling: winrate`` an opponent is drawn with weight ``(trainee losses + 1) /
 (games + 2)`` against it, so opponents that still win are met more often.
@@ -17,7 +17,7 @@ from collections.abc import Mapping
 import torch
 
 from marl.config.train import LeagueConfig
-from marl.orchestrator.participants import ParticipantId
+from marl.infra.seats import ParticipantId
 
 Weights = dict[str, dict[str, torch.Tensor]]  # adapter -> tensor name -> tensor
 

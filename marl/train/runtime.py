@@ -29,7 +29,7 @@ from marl.agents.rollout import Episode
 from marl.config import TeamConfig
 from marl.config.schema import LOCAL_BACKENDS
 from marl.infra.actors import ActorPool, start_ray
-from marl.orchestrator.participants import ParticipantId
+from marl.infra.seats import ParticipantId
 from marl.train.league import Weights
 from marl.train.learner import Learner, TrainItem, UpdateStats, mismatch_correction
 from marl.train.optim import make_optimizer

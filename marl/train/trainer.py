@@ -39,8 +39,8 @@ from marl.games.bots import bot_names
 from marl.games.tasks import make_task, task_names
 from marl.infra.actors import ActorPoolError
 from marl.infra.layout import latest_checkpoint, sweep_orphans
+from marl.infra.seats import ParticipantId
 from marl.infra.seeds import derive_seed
-from marl.orchestrator.participants import ParticipantId
 from marl.orchestrator.team import TeamError, assign_views
 from marl.train.advantages import (
     Advantages,

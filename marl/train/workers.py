@@ -22,13 +22,14 @@ import torch
 from marl import games
 from marl.agents import Agent
 from marl.agents.builder import Roster, build_roster, hf_role_policy, host_key
+from marl.agents.participants import ParticipantLoader
 from marl.agents.policy import Response
 from marl.agents.rollout import Episode, RolloutEngine, Turn
+from marl.agents.tables import agent_probs, exploitability_report
 from marl.config import TeamConfig
 from marl.games.tasks import make_task
+from marl.infra.seats import ParticipantId
 from marl.infra.seeds import derive_seed, reseed
-from marl.orchestrator.evaluation import agent_probs, exploitability_report
-from marl.orchestrator.participants import ParticipantId, ParticipantLoader
 from marl.orchestrator.team import Team, TeamResult
 from marl.topologies import Topology
 from marl.train.league import Weights

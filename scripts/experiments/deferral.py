@@ -28,7 +28,7 @@ warnings.filterwarnings("ignore")
 
 from marl.config import TeamConfig, load_config  # noqa: E402
 from marl.config.schema import DeferConfig  # noqa: E402
-from marl.orchestrator.credit import Accuracy, held_out_tasks  # noqa: E402
+from marl.orchestrator.arena.credit import Accuracy, held_out_tasks  # noqa: E402
 from marl.orchestrator.team import Team  # noqa: E402
 from marl.orchestrator.team.runtime import trained_parts  # noqa: E402
 from marl.train.trainer import Trainer  # noqa: E402

@@ -35,7 +35,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from marl.config import TeamConfig, load_config, load_config_text  # noqa: E402
-from marl.orchestrator.credit import (  # noqa: E402
+from marl.orchestrator.arena.credit import (  # noqa: E402
     Trained,
     ablations,
     accuracy_on,

@@ -40,7 +40,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from marl.config import TeamConfig, load_config, load_config_text  # noqa: E402
 from marl.config.schema import DecodingConfig, RoleConfig, TopologyConfig  # noqa: E402
-from marl.orchestrator.credit import Accuracy, held_out_tasks  # noqa: E402
+from marl.orchestrator.arena.credit import Accuracy, held_out_tasks  # noqa: E402
 from marl.orchestrator.team import Team  # noqa: E402
 from marl.orchestrator.team.runtime import trained_parts  # noqa: E402
 from marl.topologies import SPATIAL, LearnableTopology, Topology  # noqa: E402

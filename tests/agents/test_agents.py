@@ -18,12 +18,12 @@ from marl.agents.host import ModelHost
 from marl.agents.host.prefill import head_clusters
 from marl.agents.models import build_tiny_random
 from marl.agents.openai_backend import EndpointError, OpenAIPolicy
+from marl.agents.participants import ParticipantLoader
 from marl.agents.policy import Request, Response, greedy, scale_temperature
 from marl.agents.rollout import RolloutEngine
 from marl.agents.scripted import ScriptedPolicy
 from marl.config import load_config
-from marl.orchestrator.participants import ParticipantLoader
-from marl.orchestrator.play import play
+from marl.orchestrator.arena.play import play
 
 TINY = Path(__file__).parents[2] / "configs" / "tiny_test.yaml"
 

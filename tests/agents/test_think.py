@@ -20,15 +20,15 @@ from marl.agents.builder import build_roster
 from marl.agents.hf_policy import HFPolicy
 from marl.agents.host import ModelHost
 from marl.agents.host.generation import THINK_SEPARATOR
-from marl.config import load_config_text
-from marl.config.schema import RoleConfig
-from marl.orchestrator.evaluation import (
+from marl.agents.tables import (
     agent_probs,
     agent_report,
     exploitability_report,
     sampled_report,
 )
-from marl.orchestrator.play import play
+from marl.config import load_config_text
+from marl.config.schema import RoleConfig
+from marl.orchestrator.arena.play import play
 from marl.train.learner import Learner, TrainItem
 from marl.train.trainer import Trainer
 

@@ -23,7 +23,7 @@ from marl.config.tournament import TournamentConfig
 from marl.games.rps import ParallelRockPaperScissors
 from marl.infra.actors import RayStartError, start_ray
 from marl.infra.layout import BEST, LATEST, METRICS, LayoutError, latest_checkpoint, point
-from marl.orchestrator.tournament import IDENTITY, Tournament
+from marl.orchestrator.arena.tournament import IDENTITY, Tournament
 from marl.train.checkpoint import save_checkpoint
 from marl.train.loggers import JsonlLogger
 from marl.train.trainer import Trainer, TrainingError

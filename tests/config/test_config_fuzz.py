@@ -170,7 +170,7 @@ def _builds(cfg: TeamConfig | TournamentConfig) -> None:
 @pytest.fixture(scope="module", autouse=True)
 def _warm() -> None:
     """Import what the checks import lazily, so no case pays for it."""
-    import marl.orchestrator.tournament  # noqa: F401
+    import marl.orchestrator.arena.tournament  # noqa: F401
     from marl import topologies  # noqa: F401
 
 

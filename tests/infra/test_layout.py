@@ -25,7 +25,7 @@ from marl.infra.layout import (
     pointed,
     resolve,
 )
-from marl.orchestrator.export import export_run
+from marl.orchestrator.serving.export import export_run
 from marl.train.checkpoint import save_checkpoint
 
 TINY = Path(__file__).parents[2] / "configs" / "tiny_test.yaml"
@@ -163,7 +163,7 @@ def test_a_failed_export_leaves_no_folder(tmp_path: Path, monkeypatch: pytest.Mo
     def broken(*args: object, **kwargs: object) -> str:
         raise RuntimeError("no card")
 
-    monkeypatch.setattr("marl.orchestrator.export.model_card", broken)
+    monkeypatch.setattr("marl.orchestrator.serving.export.model_card", broken)
     with pytest.raises(RuntimeError, match="no card"):
         export_run(run, tmp_path / "fresh")
     with pytest.raises(RuntimeError, match="no card"):

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from marl.agents.participants import bot_name
 from marl.config import load_config
 from marl.config.train import LeagueConfig
-from marl.orchestrator.participants import ParticipantId, bot_name
+from marl.infra.seats import ParticipantId
 from marl.train.checkpoint import load_checkpoint, save_checkpoint
 from marl.train.league import League
 

@@ -14,7 +14,7 @@ import pytest
 from helpers import Saying
 from marl.config import ConfigError, load_config_text
 from marl.games.tasks import make_task
-from marl.orchestrator.credit import Accuracy
+from marl.orchestrator.arena.credit import Accuracy
 from marl.orchestrator.team import EXPERT_NODE, Team, TeamError
 from marl.train.trainer import Trainer, TrainingError
 

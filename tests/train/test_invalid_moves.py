@@ -14,7 +14,7 @@ from marl.agents.policy import Request, Response
 from marl.agents.rollout import RolloutEngine
 from marl.config import load_config_text
 from marl.config.train import InvalidMovesConfig
-from marl.orchestrator.play import PlayReport
+from marl.orchestrator.arena.play import PlayReport
 from marl.train.trainer import Trainer
 
 

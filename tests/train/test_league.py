@@ -12,7 +12,7 @@ import pytest
 from helpers import tiny_team
 from marl.config import load_config_text
 from marl.config.train import LeagueConfig
-from marl.orchestrator.participants import ParticipantId
+from marl.infra.seats import ParticipantId
 from marl.train.league import League
 from marl.train.trainer import Trainer, team_agents
 

@@ -15,7 +15,7 @@ import torch
 from helpers import ParityTask, Saying, register_parity_task, team_train
 from marl.agents.openai_backend import EndpointError
 from marl.config import load_config_text
-from marl.orchestrator.serve import TeamServer, make_server
+from marl.orchestrator.serving.serve import TeamServer, make_server
 from marl.orchestrator.team import Team, TeamError
 from marl.train.trainer import Trainer
 

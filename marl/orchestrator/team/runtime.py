@@ -19,7 +19,6 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,107 +33,22 @@ from marl.games.tasks import Task
 from marl.infra.layout import TEAM_FILE, TOPOLOGY_FILE, checkpoint_folder
 from marl.orchestrator.team.errors import TeamError
 from marl.orchestrator.team.langgraph import compile_team
-from marl.orchestrator.team.plan import VOTE_NODE, Plan, majority
+from marl.orchestrator.team.plan import Plan
 from marl.orchestrator.team.prompts import Heard, NodeContext, PromptFn, default_prompt
-from marl.orchestrator.team.views import TaskView, as_task_view, assign_views
+from marl.orchestrator.team.results import (
+    EXPERT_NODE,
+    NodeMessage,
+    TaskRun,
+    TeamResult,
+    node_message,
+    task_result,
+)
+from marl.orchestrator.team.views import as_task_view, assign_views
 from marl.topologies import LearnableTopology, Topology, TopologyError, build_topology
 from marl.topologies.graph import Node, node_name
 
 if TYPE_CHECKING:
     from langgraph.graph.state import CompiledStateGraph
-
-#: ``TeamResult.decided_by`` (and the expert message's agent) when an expert answered.
-EXPERT_NODE = "expert"
-
-
-@dataclass
-class NodeMessage:
-    """What one ``(agent, round)`` node said; ``response`` keeps token ids and log-probs for
-    a trainer."""
-
-    agent: str
-    role: str
-    round: int
-    text: str
-    reads: list[str]
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    response: Response | None = field(default=None, repr=False, compare=False)
-
-    @property
-    def node(self) -> str:
-        return node_name((self.agent, self.round))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "agent": self.agent,
-            "role": self.role,
-            "round": self.round,
-            "text": self.text,
-            "reads": self.reads,
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-        }
-
-
-@dataclass
-class TeamResult:
-    """A team's answer to one task, how it got there, and what it cost.
-
-    ``messages`` counts the edges used (messages read along the unrolled DAG), ``tokens`` the
-    prompt plus completion tokens of every node (hosted ones as their server counts them) and
-    of the expert: the costs a learnable topology trades against ``score``
-    (``task.score(answer)`` for a :class:`~marl.games.tasks.Task`, else ``None``).  A deferred task
-    (``deferrals`` > 0) was answered by ``expert``; ``reward`` charges its ``deferral_cost``.
-    ``role_scores`` are the task's per-agent scores, for tasks that define them
-    (``task.role_scores(last message of each agent)``) and were not handed over.
-    """
-
-    answer: str
-    transcript: list[NodeMessage]
-    messages: int
-    tokens: int
-    score: float | None = None
-    decided_by: str = ""
-    votes: dict[str, str] | None = None
-    deferrals: int = 0
-    deferral_cost: float = 0.0
-    expert: NodeMessage | None = None
-    role_scores: dict[str, float] | None = None
-
-    @property
-    def reward(self) -> float:
-        """The team reward: the score less what the deferrals cost."""
-        return float(self.score or 0.0) - self.deferral_cost
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "answer": self.answer,
-            "messages": self.messages,
-            "tokens": self.tokens,
-            "score": self.score,
-            "decided_by": self.decided_by,
-            "votes": self.votes,
-            "deferrals": self.deferrals,
-            "deferral_cost": self.deferral_cost,
-            "role_scores": self.role_scores,
-            "expert": None if self.expert is None else self.expert.to_dict(),
-            "transcript": [t.to_dict() for t in self.transcript],
-        }
-
-
-@dataclass
-class _TaskRun:
-    """One task of a batch being run: its plan, its agents' views, what its nodes said."""
-
-    index: int
-    view: TaskView
-    plan: Plan
-    views: dict[str, str]
-    said: dict[Node, NodeMessage] = field(default_factory=dict)
-    deferrals: int = 0
-    deferral_cost: float = 0.0
-    expert: NodeMessage | None = None  # set once the task is handed over: no node speaks after
 
 
 def trained_parts(path: str | Path) -> tuple[TeamConfig, dict[str, Path], LearnableTopology | None]:
@@ -349,9 +263,9 @@ class Team:
                 view, plan = as_task_view(task), self.plan(topo)
                 # over every agent in role order, whatever the graph: an agent a sampled graph
                 # cuts off keeps its view (lost to the team), the others keep theirs
-                runs.append(_TaskRun(i, view, plan, assign_views(view.views, list(self.agents))))
+                runs.append(TaskRun(i, view, plan, assign_views(view.views, list(self.agents))))
             for k in range(max(len(r.plan.generations) for r in runs)):
-                groups: dict[int, tuple[Policy, list[tuple[_TaskRun, Node]]]] = {}
+                groups: dict[int, tuple[Policy, list[tuple[TaskRun, Node]]]] = {}
                 for run in runs:
                     if run.expert is not None or k >= len(run.plan.generations):
                         continue
@@ -360,12 +274,12 @@ class Team:
                         groups.setdefault(id(policy), (policy, []))[1].append((run, node))
                 for policy, items in groups.values():
                     self._speak(policy, items, on_turn)
-        return [self._result(run) for run in runs]
+        return [task_result(run) for run in runs]
 
     def _speak(
         self,
         policy: Policy,
-        items: list[tuple[_TaskRun, Node]],
+        items: list[tuple[TaskRun, Node]],
         on_turn: Callable[[int, NodeMessage], None] | None,
     ) -> None:
         """One batch: the nodes ``items`` (of one generation, one policy) say their message."""
@@ -375,22 +289,12 @@ class Team:
             requests.append(
                 self.request(run.plan, node, run.view.question, run.views.get(node[0]), received)
             )
-        handed: dict[int, tuple[_TaskRun, Node, Request]] = {}
+        handed: dict[int, tuple[TaskRun, Node, Request]] = {}
         for (run, node), request, resp in zip(
             items, requests, self.act(policy, requests), strict=True
         ):
             agent = self.agents[node[0]]
-            prompt_tokens, completion_tokens = resp.token_counts()
-            message = NodeMessage(
-                agent=agent.name,
-                role=agent.role,
-                round=node[1],
-                text=resp.text,
-                reads=[node_name(p) for p in run.plan.preds[node]],
-                prompt_tokens=prompt_tokens,
-                completion_tokens=completion_tokens,
-                response=resp,
-            )
+            message = node_message(agent.name, agent.role, node, resp, run.plan.preds[node])
             run.said[node] = message
             if on_turn is not None:
                 on_turn(run.index, message)
@@ -403,12 +307,12 @@ class Team:
 
     def _hand_over(
         self,
-        handed: list[tuple[_TaskRun, Node, Request]],
+        handed: list[tuple[TaskRun, Node, Request]],
         on_turn: Callable[[int, NodeMessage], None] | None,
     ) -> None:
         """The experts answer the deferred tasks (one batch per expert), each from the request
         of the first node that deferred it."""
-        groups: dict[int, tuple[Expert, list[tuple[_TaskRun, Node, Request]]]] = {}
+        groups: dict[int, tuple[Expert, list[tuple[TaskRun, Node, Request]]]] = {}
         for item in handed:
             expert = self.defer[self.agents[item[1][0]].role][1]
             groups.setdefault(id(expert), (expert, []))[1].append(item)
@@ -418,52 +322,11 @@ class Team:
                     [r for _, _, r in items], [run.view.task for run, _, _ in items]
                 )
             for (run, node, _request), resp in zip(items, responses, strict=True):
-                prompt_tokens, completion_tokens = resp.token_counts()
-                run.expert = NodeMessage(
-                    agent=EXPERT_NODE,
-                    role=EXPERT_NODE,
-                    round=node[1],
-                    text=resp.text,
-                    reads=[node_name(p) for p in run.plan.preds[node]],
-                    prompt_tokens=prompt_tokens,
-                    completion_tokens=completion_tokens,
-                    response=resp,
+                run.expert = node_message(
+                    EXPERT_NODE, EXPERT_NODE, node, resp, run.plan.preds[node]
                 )
                 if on_turn is not None:
                     on_turn(run.index, run.expert)
-
-    def _result(self, run: _TaskRun) -> TeamResult:
-        plan = run.plan
-        transcript = [run.said[n] for n in plan.order if n in run.said]
-        votes = None
-        if run.expert is not None:
-            answer, decided_by = run.expert.text, EXPERT_NODE
-        elif plan.final is not None:
-            answer, decided_by = run.said[plan.final].text, node_name(plan.final)
-        else:
-            votes = {a: run.said[(a, r)].text for a, r in plan.voters}
-            decider = (majority(votes), plan.topology.rounds - 1)
-            answer, decided_by = run.said[decider].text, VOTE_NODE
-        task = run.view.task
-        spoken = transcript + ([run.expert] if run.expert is not None else [])
-        # the edges read: all of the plan's unless the task was handed over early
-        messages = sum(len(plan.preds[n]) for n in run.said)
-        role_scores = None
-        if hasattr(task, "role_scores") and run.expert is None:
-            role_scores = dict(task.role_scores({t.agent: t.text for t in transcript}))
-        return TeamResult(
-            answer=answer,
-            transcript=transcript,
-            messages=messages,
-            tokens=sum(t.prompt_tokens + t.completion_tokens for t in spoken),
-            score=None if task is None else float(task.score(answer)),
-            decided_by=decided_by,
-            votes=votes,
-            deferrals=run.deferrals,
-            deferral_cost=run.deferral_cost,
-            expert=run.expert,
-            role_scores=role_scores,
-        )
 
     # ----- LangGraph
     def to_langgraph(

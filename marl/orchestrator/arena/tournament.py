@@ -9,7 +9,7 @@
   cancels out of the comparison.  Scripted bots draw their moves from a generator seeded by the
   game and seat, so a bot game is the same game whenever and wherever it is played.
 - **Playing.**  A :class:`MatchPlayer` loads every participant once (model participants share
-  one base model per :class:`~marl.orchestrator.participants.ParticipantLoader`) and plays a list of
+  one base model per :class:`~marl.agents.participants.ParticipantLoader`) and plays a list of
   games through the batched :class:`~marl.agents.rollout.RolloutEngine`; with ``ray.enabled`` the
   same class runs as a pool of Ray actors (:class:`~marl.infra.actors.ActorPool`), each given
   chunks of ``concurrency`` games.
@@ -32,6 +32,8 @@ from typing import Any
 
 from marl import games
 from marl.agents import Agent
+from marl.agents.participants import ParticipantLoader, bot_name
+from marl.agents.population import seat_member
 from marl.agents.rollout import Episode, RolloutEngine
 from marl.agents.scripted import ScriptedPolicy
 from marl.config.schema import PathProblem
@@ -41,9 +43,7 @@ from marl.infra.actors import ActorPool, ActorPoolError, start_ray
 from marl.infra.jsonl import complete_lines
 from marl.infra.layout import checkpoint_folder
 from marl.infra.seeds import derive_seed, reseed
-from marl.orchestrator.participants import ParticipantLoader, bot_name
-from marl.orchestrator.population import seat_member
-from marl.orchestrator.ratings import Outcome, Rating, RatingReport, pair_score, rate
+from marl.orchestrator.arena.ratings import Outcome, Rating, RatingReport, pair_score, rate
 
 MATCHES = "matches.jsonl"
 IDENTITY = "tournament.json"
@@ -534,7 +534,7 @@ def run_tournament(
     on_game: Callable[[MatchRecord], None] | None = None,
 ) -> TournamentResult:
     """Play (or finish) the tournament into ``out`` and write its report files there."""
-    from marl.orchestrator.report import write_report
+    from marl.orchestrator.arena.report import write_report
 
     result = Tournament(cfg, out, base).run(on_game)
     write_report(result.report, Path(out), title=cfg.name)

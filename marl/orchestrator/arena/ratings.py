@@ -168,35 +168,42 @@ def fit_bt(
     p = len(n)
     off = prior * (1 - np.eye(p))
     n, s = n + off / 2, s + off / 4
-    free = [i for i in range(p) if i != anchor]
+    keep = [i for i in range(p) if i != anchor] + ([p] if home else [])
     x = np.zeros(p + 1)  # theta..., h
-
-    def loglik(x: np.ndarray) -> float:
-        z = x[:p, None] - x[None, :p] + x[p]
-        return float(-(s * np.logaddexp(0, -z) + (n - s) * np.logaddexp(0, z)).sum())
-
-    it, cur = 0, loglik(x)
+    it, cur = 0, _bt_loglik(x, n, s)
     while it < max_iter:
         it += 1
-        z = x[:p, None] - x[None, :p] + x[p]
-        prob = 1 / (1 + np.exp(-z))
-        g, w = s - n * prob, n * prob * (1 - prob)
-        grad = np.append(g.sum(1) - g.sum(0), g.sum())
-        info = np.zeros((p + 1, p + 1))
-        info[:p, :p] = np.diag(w.sum(1) + w.sum(0)) - w - w.T
-        info[:p, p] = info[p, :p] = w.sum(1) - w.sum(0)
-        info[p, p] = w.sum()
-        keep = free + [p] if home else free
         step = np.zeros(p + 1)
-        step[keep] = np.linalg.lstsq(info[np.ix_(keep, keep)], grad[keep], rcond=None)[0]
+        step[keep] = _newton_step(x, n, s, keep)
         t = 1.0
-        while loglik(x + t * step) < cur - 1e-12 and t > 1e-9:
+        while _bt_loglik(x + t * step, n, s) < cur - 1e-12 and t > 1e-9:
             t /= 2
         x = x + t * step
-        cur = loglik(x)
+        cur = _bt_loglik(x, n, s)
         if np.abs(t * step).max() < tol:
             break
     return BTFit(x[:p] - x[anchor], float(x[p]), prior, it)
+
+
+def _bt_loglik(x: np.ndarray, n: np.ndarray, s: np.ndarray) -> float:
+    """The Bradley-Terry log-likelihood of ``x = (theta..., h)``."""
+    p = len(n)
+    z = x[:p, None] - x[None, :p] + x[p]
+    return float(-(s * np.logaddexp(0, -z) + (n - s) * np.logaddexp(0, z)).sum())
+
+
+def _newton_step(x: np.ndarray, n: np.ndarray, s: np.ndarray, keep: list[int]) -> np.ndarray:
+    """``J^{-1} grad`` over the ``keep`` coordinates of ``x = (theta..., h)``."""
+    p = len(n)
+    z = x[:p, None] - x[None, :p] + x[p]
+    prob = 1 / (1 + np.exp(-z))
+    g, w = s - n * prob, n * prob * (1 - prob)
+    grad = np.append(g.sum(1) - g.sum(0), g.sum())
+    info = np.zeros((p + 1, p + 1))
+    info[:p, :p] = np.diag(w.sum(1) + w.sum(0)) - w - w.T
+    info[:p, p] = info[p, :p] = w.sum(1) - w.sum(0)
+    info[p, p] = w.sum()
+    return np.linalg.lstsq(info[np.ix_(keep, keep)], grad[keep], rcond=None)[0]
 
 
 def bootstrap_intervals(
@@ -481,32 +488,12 @@ def rate(
     ci = bootstrap_intervals(comp, a, bootstrap, seed)
     elo_r = elo(comp, elo_k)
     elo_r += anchor_rating - elo_r[a]
-    notes: list[str] = []
-    skill: dict[str, tuple[float, float]] = {}
-    if any(len(o.players) > 2 for o in outcomes):
-        try:
-            skill = openskill_ratings(outcomes, players)
-        except ImportError as exc:
-            notes.append(str(exc))
-    if fit.prior:
-        notes.append(
-            f"no finite maximum-likelihood fit from these games alone: {fit.prior} "
-            "virtual drawn games per pair were added"
-        )
+    skill, notes = _openskill_and_notes(outcomes, players, fit)
     counts = records(outcomes, players)
     means, means_ci = mean_return_intervals(outcomes, players, bootstrap, seed)
     payoff, mean_return = cross_play(comp)
     by_return = scores_margins(outcomes)
-    if len(players) <= NASH_MAX_PLAYERS:
-        mass, versus_nash = nash_average(mean_return)
-        nash_ci = nash_average_intervals(comp, outcomes, bootstrap, seed)
-    else:
-        mass = versus_nash = np.full(len(players), np.nan)
-        nash_ci = np.full((len(players), 2), np.nan)
-        notes.append(
-            f"no Nash average: it enumerates supports, at most {NASH_MAX_PLAYERS} "
-            f"players (here {len(players)})"
-        )
+    mass, versus_nash, nash_ci = _nash_views(comp, outcomes, mean_return, bootstrap, seed, notes)
     rows = [
         Rating(
             p,
@@ -526,15 +513,7 @@ def rate(
         )
         for i, p in enumerate(players)
     ]
-    # margins (chips): ranked by the return against the field's Nash mixture, where an
-    # equilibrium player is never below one it beats; the field average breaks ties
-    rows.sort(
-        key=lambda r: (
-            (-np.nan_to_num(r.nash_average, nan=-np.inf), -r.mean_return)
-            if by_return
-            else (-r.rating,)
-        )
-    )
+    rows.sort(key=lambda r: _rank_key(r, by_return))
     return RatingReport(
         players,
         anchor,
@@ -548,3 +527,53 @@ def rate(
         elo_k,
         by_return,
     )
+
+
+def _openskill_and_notes(
+    outcomes: Sequence[Outcome], players: list[str], fit: BTFit
+) -> tuple[dict[str, tuple[float, float]], list[str]]:
+    """OpenSkill ratings where a game has more than two seats, and the notes: OpenSkill
+    missing, the Bradley-Terry fit regularised."""
+    skill: dict[str, tuple[float, float]] = {}
+    notes: list[str] = []
+    if any(len(o.players) > 2 for o in outcomes):
+        try:
+            skill = openskill_ratings(outcomes, players)
+        except ImportError as exc:
+            notes.append(str(exc))
+    if fit.prior:
+        notes.append(
+            f"no finite maximum-likelihood fit from these games alone: {fit.prior} "
+            "virtual drawn games per pair were added"
+        )
+    return skill, notes
+
+
+def _nash_views(
+    comp: Comparisons,
+    outcomes: Sequence[Outcome],
+    mean_return: np.ndarray,
+    bootstrap: int,
+    seed: int,
+    notes: list[str],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The Nash mixture's mass, each player's return against it and its bootstrap interval;
+    NaN (with a note) where the field is too large to enumerate supports."""
+    players = len(mean_return)
+    if players <= NASH_MAX_PLAYERS:
+        mass, versus_nash = nash_average(mean_return)
+        return mass, versus_nash, nash_average_intervals(comp, outcomes, bootstrap, seed)
+    notes.append(
+        f"no Nash average: it enumerates supports, at most {NASH_MAX_PLAYERS} "
+        f"players (here {players})"
+    )
+    return np.full(players, np.nan), np.full(players, np.nan), np.full((players, 2), np.nan)
+
+
+def _rank_key(r: Rating, by_return: bool) -> tuple[float, ...]:
+    """Margins (chips): ranked by the return against the field's Nash mixture, where an
+    equilibrium player is never below one it beats; the field average breaks ties.  Else by
+    the Bradley-Terry rating."""
+    if by_return:
+        return (-np.nan_to_num(r.nash_average, nan=-np.inf), -r.mean_return)
+    return (-r.rating,)

@@ -13,7 +13,7 @@ from helpers import tiny_team
 from marl.cli import app
 from marl.config import load_config_text
 
-TINY = Path(__file__).parents[2] / "configs" / "tiny_test.yaml"
+TINY = Path(__file__).parents[3] / "configs" / "tiny_test.yaml"
 
 
 @pytest.fixture(scope="module")

@@ -20,10 +20,11 @@ import yaml
 
 from marl.agents.policy import Request, Response
 from marl.config import TeamConfig, load_config
-from marl.orchestrator.serve import Limits, TeamServer, make_server
+from marl.orchestrator.serving.api import Limits
+from marl.orchestrator.serving.serve import TeamServer, make_server
 from marl.orchestrator.team import Team
 
-REPO = Path(__file__).parents[2]
+REPO = Path(__file__).parents[3]
 
 
 def tiny_chain() -> TeamConfig:

@@ -25,7 +25,7 @@ from marl.agents.policy import Request, Response
 from marl.cli import app
 from marl.config import TeamConfig, load_config, load_config_text
 from marl.games.tasks import make_task
-from marl.orchestrator.export import ExportError, export_run
+from marl.orchestrator.serving.export import ExportError, export_run
 from marl.orchestrator.team import (
     Plan,
     Team,
@@ -38,7 +38,7 @@ from marl.topologies import LearnableTopology, Topology, build_topology
 from marl.topologies.graph import node_name
 from marl.train.checkpoint import save_checkpoint
 
-REPO = Path(__file__).parents[2]
+REPO = Path(__file__).parents[3]
 TEAM_FILES = ["debate_team", "solver_critic_judge", "star_planner", "learnable_team"]
 MARKER = re.compile(r"MSG\[([\w@-]+)#(\d+)\]")
 

@@ -8,6 +8,7 @@
     OUT/topology.safetensors     the learned edge probabilities (pictures: marl topology show)
     OUT/export.json              provenance: source checkpoint, step, base models, format
     OUT/README.md                a model card with the training figures from metrics.jsonl
+                                 (:mod:`marl.orchestrator.serving.card`)
 
 Base weights are not copied: roles name their model (a registry name such as
 ``smollm2-135m-instruct``, converted once into ``$MARL_HOME``; a Hugging Face id; a path), the
@@ -32,8 +33,8 @@ import yaml
 from marl.config import TeamConfig, TopologyConfig, load_config
 from marl.infra.atomic import atomic_write
 from marl.infra.layout import METRICS, STATE_FILE, TEAM_FILE, TOPOLOGY_FILE, adapter_folder, resolve
+from marl.orchestrator.serving.card import model_card
 from marl.topologies import LearnableTopology, Topology, build_topology
-from marl.topologies.render import to_mermaid
 
 EXPORT_FORMAT = "marl-teams/team-export/v1"
 MANIFEST = "export.json"  # with EXPORT_FORMAT: the marker of a folder an export may replace
@@ -118,8 +119,7 @@ def export_run(
     out = Path(out)
     check_output(out, [folder] + ([run] if run is not None else []), overwrite)
     cfg = load_config(team_file)
-    state = _json(folder / STATE_FILE)
-    step = state.get("step")
+    step = _json(folder / STATE_FILE).get("step")
     learned_file = folder / TOPOLOGY_FILE
     learned = LearnableTopology.load(learned_file) if learned_file.is_file() else None
     resolved = cfg
@@ -127,6 +127,32 @@ def export_run(
         deployed = learned.deploy(threshold=threshold)
         resolved = cfg.model_copy(update={"topology": deployed_topology_config(cfg, deployed)})
     topology = build_topology(resolved)
+    check_adapters(cfg, folder)
+    with atomic_write(out) as tmp:
+        (tmp / TEAM_FILE).write_text(_team_yaml(resolved, source=folder, step=step))
+        copy_adapters(cfg, folder, tmp)
+        if learned is not None:
+            shutil.copy2(learned_file, tmp / TOPOLOGY_FILE)
+        manifest = {
+            "format": EXPORT_FORMAT,
+            "team": cfg.name,
+            "source": str(folder.resolve()),
+            "step": step,
+            "models": {r.name: r.model for r in cfg.roles},
+            "adapters": {r.name: f"adapters/{r.name}" for r in cfg.roles if r.adapter},
+            "topology": "learned" if learned is not None else "configured",
+            "messages_per_task": topology.num_messages(),
+            "exported": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "training": training_summary(read_metrics(run, step)),
+        }
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+        (tmp / "README.md").write_text(model_card(resolved, topology, manifest, learned, threshold))
+        load_config(tmp / TEAM_FILE)  # what we wrote must load
+    return out
+
+
+def check_adapters(cfg: TeamConfig, folder: Path) -> None:
+    """Every trainable role of ``cfg`` has its trained adapter in ``folder``."""
     missing = [
         r.name
         for r in cfg.roles
@@ -139,33 +165,15 @@ def export_run(
             "(adapters/<role>/adapter_config.json)"
         )
 
-    with atomic_write(out) as tmp:
-        (tmp / TEAM_FILE).write_text(_team_yaml(resolved, source=folder, step=step))
-        for role in cfg.roles:
-            if role.adapter is not None:
-                src, dst = adapter_folder(folder, role.name), adapter_folder(tmp, role.name)
-                dst.mkdir(parents=True)
-                for name in ("adapter_config.json", "adapter_model.safetensors"):
-                    shutil.copy2(src / name, dst / name)
-        if learned is not None:
-            shutil.copy2(learned_file, tmp / TOPOLOGY_FILE)
-        summary = training_summary(read_metrics(run, step))
-        manifest = {
-            "format": EXPORT_FORMAT,
-            "team": cfg.name,
-            "source": str(folder.resolve()),
-            "step": step,
-            "models": {r.name: r.model for r in cfg.roles},
-            "adapters": {r.name: f"adapters/{r.name}" for r in cfg.roles if r.adapter},
-            "topology": "learned" if learned is not None else "configured",
-            "messages_per_task": topology.num_messages(),
-            "exported": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "training": summary,
-        }
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
-        (tmp / "README.md").write_text(model_card(resolved, topology, manifest, learned, threshold))
-        load_config(tmp / TEAM_FILE)  # what we wrote must load
-    return out
+
+def copy_adapters(cfg: TeamConfig, folder: Path, out: Path) -> None:
+    """The PEFT folders of ``cfg``'s trainable roles, from checkpoint ``folder`` to ``out``."""
+    for role in cfg.roles:
+        if role.adapter is not None:
+            src, dst = adapter_folder(folder, role.name), adapter_folder(out, role.name)
+            dst.mkdir(parents=True)
+            for name in ("adapter_config.json", "adapter_model.safetensors"):
+                shutil.copy2(src / name, dst / name)
 
 
 def is_export(folder: Path) -> bool:
@@ -221,109 +229,3 @@ def _team_yaml(cfg: TeamConfig, source: Path, step: int | None) -> str:
         "\n"
     )
     return head + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100)
-
-
-def _fmt(x: Any) -> str:
-    return f"{x:.3f}" if isinstance(x, float) else ("" if x is None else str(x))
-
-
-def model_card(
-    cfg: TeamConfig,
-    topology: Topology,
-    manifest: dict[str, Any],
-    learned: LearnableTopology | None = None,
-    threshold: float = 0.5,
-) -> str:
-    """A short README: what the team is, its graph, how it trained, how to use it."""
-    t = cfg.topology
-    lines = [
-        "---",
-        "library_name: peft",
-        "tags: [marl-teams, multi-agent, lora]",
-        "---",
-        "",
-        f"# {cfg.name}",
-        "",
-    ]
-    if cfg.description:
-        lines += [cfg.description, ""]
-    step = manifest.get("step")
-    lines += [
-        f"A marl-teams team exported from `{Path(manifest['source']).name}`"
-        + (f" at training step {step}." if step is not None else "."),
-        "",
-        "## Roles",
-        "",
-        "| role | agents | base model | LoRA adapter | decoding |",
-        "|---|---|---|---|---|",
-    ]
-    for r in cfg.roles:
-        lora = f"r={r.adapter.r}, alpha={r.adapter.alpha}" if r.adapter else "none (frozen)"
-        dec = f"{r.decoding.mode}, T={r.decoding.temperature}"
-        lines.append(
-            f"| {r.name} | {', '.join(r.instance_names())} | `{r.model}` | {lora} | {dec} |"
-        )
-    decision = (
-        "majority vote over the last round's answers"
-        if t.decision == "vote"
-        else f"`{topology.final}` gives the final answer"
-    )
-    lines += [
-        "",
-        "## Topology",
-        "",
-        f"{t.rounds} round(s); {decision}; {topology.num_messages()} messages per task.",
-    ]
-    if learned is not None:
-        kept = len(topology.edges)
-        lines.append(
-            f"Learned: {kept} of {len(learned.candidates)} candidate edges kept "
-            f"(p > {threshold:g} after {learned.steps} updates); probabilities in "
-            f"`{TOPOLOGY_FILE}`."
-        )
-    if topology.pruned_agents:
-        lines.append(f"Never consulted (pruned): {', '.join(topology.pruned_agents)}.")
-    lines += ["", "```mermaid", to_mermaid(topology).rstrip(), "```", ""]
-    summary = manifest.get("training") or {}
-    lines += ["## Training", ""]
-    if not summary:
-        lines += ["No metrics.jsonl was found next to the checkpoint.", ""]
-    else:
-        lines += [f"- steps: {summary['steps']}"]
-        expl = summary.get("exploitability")
-        if expl:
-            lines.append(
-                f"- exploitability: {_fmt(expl['first']['value'])} (step "
-                f"{expl['first']['step']}) -> {_fmt(expl['last']['value'])} (step "
-                f"{expl['last']['step']})"
-            )
-        if summary["rewards"]:
-            lines += [
-                "",
-                f"Rewards at step {summary['steps']}:",
-                "",
-                "| agent@seat | reward | win rate |",
-                "|---|---|---|",
-            ]
-            lines += [
-                f"| {k} | {_fmt(v['reward'])} | {_fmt(v['win_rate'])} |"
-                for k, v in sorted(summary["rewards"].items())
-            ]
-        lines.append("")
-    lines += [
-        "## Use",
-        "",
-        "```python",
-        "from orchestrator.team import Team",
-        "",
-        'team = Team.load("path/to/this/folder")',
-        'print(team.run("What is 2 + 3?").answer)',
-        "graph = team.to_langgraph()  # a LangGraph node over MessagesState",
-        "```",
-        "",
-        "OpenAI-compatible server: `marl serve path/to/this/folder --port 8000`, then any "
-        "OpenAI client with `base_url=http://127.0.0.1:8000/v1` and "
-        f"`model={cfg.name!r}`.",
-        "",
-    ]
-    return "\n".join(lines)

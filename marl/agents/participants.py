@@ -10,21 +10,19 @@ A participant is named by one string:
 - an HTTP model (:meth:`ParticipantLoader.load_http`): an OpenAI-compatible endpoint through the
   ``openai`` backend, as is a team file whose first role uses that backend;
 - a run's ``RUN/population.json`` (``marl eval population``): its least exploitable mixture
-  of snapshots, one member drawn per game (:mod:`marl.orchestrator.population`).
+  of snapshots, one member drawn per game (:mod:`marl.agents.population`).
 
 Model participants on the same base model share one :class:`~marl.agents.host.ModelHost` (one copy
 of the weights, one adapter each), so a tournament of ten checkpoints costs one model in memory.
 
-Inside a training run a seat's occupant is a :class:`ParticipantId` (``team:<i>``,
-``bot:<name>``, ``ckpt:<folder>``, ``snap:<id>``).
+Inside a training run a seat's occupant is named by a :class:`~marl.infra.seats.ParticipantId`
+(``team:<i>``, ``bot:<name>``, ``ckpt:<folder>``, ``snap:<id>``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, get_args
 
 from marl.agents import Agent
 from marl.agents.builder import adapter_dir, build_roster, hf_role_policy, system_prompt_for
@@ -35,45 +33,6 @@ from marl.config import SCHEMA_ID, TeamConfig, load_config
 from marl.config.tournament import HttpSource
 from marl.games.bots import bot_names
 from marl.infra.layout import POPULATION_FILE, TEAM_FILE, checkpoint_folder
-
-Kind = Literal["team", "bot", "ckpt", "snap"]
-
-
-@dataclass(frozen=True)
-class ParticipantId:
-    """Who sits in a training game's seat, written ``<kind>:<arg>``: ``team:<i>`` (the i-th
-    agent of the team), ``bot:<name>``, ``ckpt:<folder>`` (a run, checkpoint or exported
-    team) or ``snap:<step>`` (a league snapshot of the trained role).  The written form is
-    what checkpoints store and what the agent in the seat is named."""
-
-    kind: Kind
-    arg: str
-
-    def __post_init__(self) -> None:
-        if self.kind not in get_args(Kind):
-            raise ValueError(
-                f"participant kind {self.kind!r} is none of {', '.join(get_args(Kind))}"
-            )
-
-    @classmethod
-    def parse(cls, text: str) -> ParticipantId:
-        kind, sep, arg = text.partition(":")
-        if not sep:
-            raise ValueError(f"participant id {text!r} is not <kind>:<arg>")
-        return cls(kind, arg)  # type: ignore[arg-type]  # checked in __post_init__
-
-    @classmethod
-    def team(cls, index: int) -> ParticipantId:
-        return cls("team", str(index))
-
-    @property
-    def index(self) -> int:
-        """The agent index of a ``team:<i>`` id."""
-        assert self.kind == "team", self
-        return int(self.arg)
-
-    def __str__(self) -> str:
-        return f"{self.kind}:{self.arg}"
 
 
 def bot_name(source: str, game: str) -> str | None:
@@ -103,7 +62,7 @@ class ParticipantLoader:
             )
         path = Path(spec)
         if path.name == POPULATION_FILE and path.is_file():
-            from marl.orchestrator.population import load_population  # it builds on this loader
+            from marl.agents.population import load_population  # it builds on this loader
 
             return load_population(self, path, name or f"{path.parent.name}/population")
         folder = checkpoint_folder(path)

@@ -104,7 +104,7 @@ def test_bad_weights_are_refused() -> None:
 
 # ----- a run's snapshots on the tiny model
 
-TINY = Path(__file__).parents[2] / "configs" / "tiny_test.yaml"
+TINY = Path(__file__).parents[3] / "configs" / "tiny_test.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -126,8 +126,8 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_eval_population_writes_a_mixture_no_worse_than_its_best_member(tiny_run: Path) -> None:
     from typer.testing import CliRunner
 
+    from marl.agents.population import run_members
     from marl.cli import app
-    from marl.orchestrator.population import run_members
 
     names = [m.name for m in run_members(tiny_run)]
     assert names == ["step_000002", "step_000003", "snap_1"]
@@ -148,9 +148,9 @@ def test_eval_population_writes_a_mixture_no_worse_than_its_best_member(tiny_run
 def test_a_snapshot_member_plays_the_snapshots_weights(tiny_run: Path) -> None:
     from safetensors.torch import load_file
 
+    from marl.agents.participants import ParticipantLoader
+    from marl.agents.population import load_member, run_members
     from marl.infra.layout import snapshot_file
-    from marl.orchestrator.participants import ParticipantLoader
-    from marl.orchestrator.population import load_member, run_members
 
     snap = next(m for m in run_members(tiny_run) if m.snapshot == "snap:1")
     agent = load_member(ParticipantLoader(GAME), tiny_run, snap, "s")
@@ -166,7 +166,7 @@ def test_the_population_participant_draws_one_member_per_game(
 ) -> None:
     from marl.config import load_config
     from marl.config.tournament import TournamentConfig
-    from marl.orchestrator.tournament import MatchPlayer, run_tournament
+    from marl.orchestrator.arena.tournament import MatchPlayer, run_tournament
 
     population = tiny_run / "population.json"
     data = {

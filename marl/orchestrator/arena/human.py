@@ -14,6 +14,7 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from rich.console import Console
 
@@ -25,7 +26,7 @@ from marl.agents.scripted import HumanPolicy, HumanQuit
 from marl.config import GameConfig
 from marl.games import InvalidAction, TextGame
 from marl.games.poker import PokerGame
-from marl.orchestrator.play import episode_json
+from marl.orchestrator.arena.play import episode_json
 
 HUMAN = "you"
 
@@ -115,49 +116,70 @@ def play_human(
         raise ValueError(f"playing {game.name} by hand needs a two-seat game; it has {len(seats)}")
     if seat is not None and seat not in seats:
         raise ValueError(f"--seat {seat!r} is not a seat of {game.name} ({', '.join(seats)})")
-    human = Agent(HUMAN, "human", HumanPolicy(ask=ask, console=console), mode="choice")
-    rival = Agent(
-        opponent.name,
-        opponent.role,
-        Announcing(opponent.policy, console, opponent.name),
-        opponent.system_prompt,
-        opponent.mode,
+    session = HumanSession(
+        game,
+        seats,
+        seat,
+        console,
+        Agent(HUMAN, "human", HumanPolicy(ask=ask, console=console), mode="choice"),
+        Agent(
+            opponent.name,
+            opponent.role,
+            Announcing(opponent.policy, console, opponent.name),
+            opponent.system_prompt,
+            opponent.mode,
+        ),
+        HumanSummary("chips" if isinstance(env0, PokerGame) else "return"),
+        transcripts.open("w") if transcripts else None,
     )
-    summary = HumanSummary("chips" if isinstance(env0, PokerGame) else "return")
-    current: dict[str, TextGame] = {}
-
-    def human_seat(i: int) -> str:
-        return seat if seat is not None else seats[i % 2]
-
-    def seating(i: int) -> dict[str, Agent]:
-        mine = human_seat(i)
-        console.rule(f"game {i + 1}: you are {mine}")
-        return {s: human if s == mine else rival for s in seats}
-
-    def make_env() -> TextGame:
-        current["env"] = games.make_from_config(game)
-        return current["env"]
-
-    sink = transcripts.open("w") if transcripts else None
-
-    def done(ep: Episode) -> None:
-        mine = human_seat(ep.index)
-        console.rule(f"game {ep.index + 1} over")
-        console.print(current["env"].final_view(mine), markup=False)
-        outcome = summary.add(ep, mine)
-        console.print(
-            f"you {outcome}: {ep.returns[mine]:+g} {summary.unit}; so far {summary.text()}",
-            markup=False,
-        )
-        if sink:
-            sink.write(episode_json(ep) + "\n")
-            sink.flush()
-
+    engine = RolloutEngine(session.make_env, session.seating, concurrency=1)
     try:
-        RolloutEngine(make_env, seating, concurrency=1).play(episodes, seed=seed, on_episode=done)
+        engine.play(episodes, seed=seed, on_episode=session.done)
     except HumanQuit:
         console.print("stopped", markup=False)
     finally:
-        if sink:
-            sink.close()
-    return summary
+        if session.sink:
+            session.sink.close()
+    return session.summary
+
+
+@dataclass
+class HumanSession:
+    """The games of one :func:`play_human` call: who sits where, what the person is shown
+    after each game, and the transcripts written."""
+
+    game: GameConfig
+    seats: list[str]
+    seat: str | None  # the person's seat every game; None alternates
+    console: Console
+    human: Agent
+    rival: Agent
+    summary: HumanSummary
+    sink: IO[str] | None
+    env: TextGame | None = None  # the game being played
+
+    def human_seat(self, i: int) -> str:
+        return self.seat if self.seat is not None else self.seats[i % 2]
+
+    def seating(self, i: int) -> dict[str, Agent]:
+        mine = self.human_seat(i)
+        self.console.rule(f"game {i + 1}: you are {mine}")
+        return {s: self.human if s == mine else self.rival for s in self.seats}
+
+    def make_env(self) -> TextGame:
+        self.env = games.make_from_config(self.game)
+        return self.env
+
+    def done(self, ep: Episode) -> None:
+        mine = self.human_seat(ep.index)
+        self.console.rule(f"game {ep.index + 1} over")
+        self.console.print(self.env.final_view(mine), markup=False)
+        outcome = self.summary.add(ep, mine)
+        self.console.print(
+            f"you {outcome}: {ep.returns[mine]:+g} {self.summary.unit}; so far "
+            f"{self.summary.text()}",
+            markup=False,
+        )
+        if self.sink:
+            self.sink.write(episode_json(ep) + "\n")
+            self.sink.flush()

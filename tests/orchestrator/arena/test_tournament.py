@@ -21,10 +21,8 @@ from marl.agents.builder import build_roster
 from marl.cli import app
 from marl.config import load_config
 from marl.config.tournament import TournamentConfig
-from marl.orchestrator.report import RATING_COLUMNS
-from marl.orchestrator.serve import make_server
-from marl.orchestrator.team import Team
-from marl.orchestrator.tournament import (
+from marl.orchestrator.arena.report import RATING_COLUMNS
+from marl.orchestrator.arena.tournament import (
     MATCHES,
     MatchPlayer,
     MatchRecord,
@@ -34,8 +32,10 @@ from marl.orchestrator.tournament import (
     swiss_pairs,
     swiss_round,
 )
+from marl.orchestrator.serving.serve import make_server
+from marl.orchestrator.team import Team
 
-REPO = Path(__file__).parents[2]
+REPO = Path(__file__).parents[3]
 TINY = REPO / "configs" / "tiny_test.yaml"
 
 

@@ -9,10 +9,10 @@ import pytest
 from typer.testing import CliRunner
 
 from marl.agents.builder import build_roster
+from marl.agents.tables import agent_probs, table_policy
 from marl.cli import app
 from marl.config import load_config
 from marl.games.analysis import info_states
-from marl.orchestrator.evaluation import agent_probs, table_policy
 
 TINY = Path(__file__).parents[2] / "configs" / "tiny_test.yaml"
 
@@ -83,8 +83,8 @@ def test_training_logs_exploitability_from_the_untrained_policy_on(tmp_path: Pat
 def test_a_sampled_table_averages_each_states_own_draws() -> None:
     """Every information state's K draws, and only its own, make its mean: draws that
     alternate around a per-state value give that value exactly."""
+    from marl.agents.tables import sampled_report
     from marl.games.analysis import info_state_envs
-    from marl.orchestrator.evaluation import sampled_report
 
     keys = sorted(info_state_envs("kuhn_poker"))
     value = {k: 0.1 + 0.05 * i for i, k in enumerate(keys)}
@@ -110,10 +110,10 @@ def test_a_sampled_table_averages_each_states_own_draws() -> None:
 def test_outcomes_against_a_bot_read_a_model_at_every_reachable_position(tmp_path: Path) -> None:
     """The tiny model on small Nim against random: the batched table gives what the model's
     own distribution, asked position by position inside the search, gives."""
+    from marl.agents.tables import outcome_report
     from marl.games.bots import make_bot
     from marl.games.nim import Nim
     from marl.games.perfect_info import outcome_probabilities
-    from marl.orchestrator.evaluation import outcome_report
 
     def small() -> Nim:
         return Nim(piles=(2, 3))

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from marl.orchestrator.ratings import (
+from marl.orchestrator.arena.ratings import (
     PRIOR_GAMES,
     SCALE,
     Comparisons,

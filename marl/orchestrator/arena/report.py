@@ -21,7 +21,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from rich.table import Table
 
-from marl.orchestrator.ratings import Rating, RatingReport
+from marl.orchestrator.arena.ratings import Rating, RatingReport
 
 RATING_COLUMNS = (
     "name",

@@ -19,7 +19,7 @@ from marl.cli import app
 from marl.config import load_config_text
 from marl.games.plan_execute import SPLITS, generate, plan_value, split_of
 from marl.games.tasks import make_task, task_names, task_takes
-from marl.orchestrator.credit import (
+from marl.orchestrator.arena.credit import (
     Trained,
     ablations,
     build_variant,

@@ -1,10 +1,9 @@
-"""A run's snapshots as one population: the least exploitable mixture, and that mixture in a seat.
+"""A run's snapshots as population members, and a mixture of them in one seat.
 
 Members are the run's complete checkpoints (``RUN/checkpoints/step_*``) and the league
 snapshots stored inside them (``snap:<step>``, skipped where a checkpoint of the same step
-exists: the snapshot is that checkpoint's weights).  Each member's table policy is read off the
-model exactly as ``marl eval exploitability`` does; :func:`marl.games.least_exploitable_mixture`
-picks the weights, and ``RUN/population.json`` records them.
+exists: the snapshot is that checkpoint's weights).  :mod:`marl.orchestrator.arena.population`
+solves for the least exploitable mixture and records it in ``RUN/population.json``.
 
 A participant source ``RUN/population.json`` seats the mixture: before every game it draws one
 member with the recorded weights, seeded by the game's seed and the participant's name, so
@@ -18,18 +17,17 @@ import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from safetensors.torch import load_file
 
 from marl.agents import Agent
-from marl.config import load_config
-from marl.games.analysis import exploitability
-from marl.games.population import least_exploitable_mixture
-from marl.infra.atomic import atomic_write
-from marl.infra.layout import CHECKPOINTS, POPULATION_FILE, STATE_FILE, TEAM_FILE, snapshot_file
+from marl.infra.layout import CHECKPOINTS, STATE_FILE, snapshot_file
+from marl.infra.seats import ParticipantId
 from marl.infra.seeds import derive_seed, reseed
-from marl.orchestrator.evaluation import agent_probs, table_policy
-from marl.orchestrator.participants import ParticipantId, ParticipantLoader
+
+if TYPE_CHECKING:
+    from marl.agents.participants import ParticipantLoader  # it loads populations through us
 
 
 @dataclass(frozen=True)
@@ -37,38 +35,6 @@ class Member:
     name: str  # the checkpoint folder, or snap_<step>
     checkpoint: str  # the checkpoint folder holding its weights
     snapshot: str | None = None  # the league snapshot id inside it
-
-
-@dataclass(frozen=True)
-class PopulationReport:
-    game: str
-    members: list[Member]
-    weights: list[float]
-    member_exploitability: list[float]
-    exploitability: float  # of the mixture, exact
-    lower_bound: float  # no mixture of these members is less exploitable
-
-    @property
-    def best_member(self) -> int:
-        return min(range(len(self.members)), key=self.member_exploitability.__getitem__)
-
-    def to_json(self) -> dict:
-        best = self.best_member
-        return {
-            "game": self.game,
-            "exploitability": self.exploitability,
-            "lower_bound": self.lower_bound,
-            "best_member": {
-                "name": self.members[best].name,
-                "exploitability": self.member_exploitability[best],
-            },
-            "members": [
-                {**dataclasses.asdict(m), "weight": w, "exploitability": e}
-                for m, w, e in zip(
-                    self.members, self.weights, self.member_exploitability, strict=True
-                )
-            ],
-        }
 
 
 def run_members(run: Path) -> list[Member]:
@@ -103,27 +69,6 @@ def load_member(loader: ParticipantLoader, run: Path, member: Member, name: str)
         }
         agent.policy.host.set_adapter_weights(agent.policy.adapter, weights)
     return agent
-
-
-def solve_population(run: Path, out: Path | None = None, tol: float = 1e-4) -> PopulationReport:
-    """Read every member's table policy, find the least exploitable mixture and write it to
-    ``out`` (default ``RUN/population.json``) atomically."""
-    members = run_members(run)
-    game = load_config(run / CHECKPOINTS / members[0].checkpoint / TEAM_FILE).game.name
-    loader = ParticipantLoader(game)
-    tables = [table_policy(agent_probs(load_member(loader, run, m, m.name)), game) for m in members]
-    solution = least_exploitable_mixture(game, tables, tol=tol)
-    report = PopulationReport(
-        game,
-        members,
-        solution.weights,
-        [exploitability(game, t) for t in tables],
-        solution.exploitability,
-        solution.lower_bound,
-    )
-    with atomic_write(out or run / POPULATION_FILE, folder=False) as tmp:
-        tmp.write_text(json.dumps(report.to_json(), indent=1) + "\n")
-    return report
 
 
 class PopulationPolicy:
