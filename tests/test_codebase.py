@@ -61,7 +61,6 @@ OVERSIZED: dict[str, int] = {
     "marl/cli/train.py:eval_exploitability_cmd": 79,
     "marl/cli/train.py:eval_against_cmd": 85,
     "marl/cli/train.py:eval_team_cmd": 78,
-    "marl/config/schema.py:cross_check": 75,
     "marl/games/game_tree.py:build_tree": 103,
     "marl/orchestrator/export.py:export_run": 68,
     "marl/orchestrator/export.py:model_card": 100,
@@ -73,7 +72,6 @@ OVERSIZED: dict[str, int] = {
     "marl/topologies/render.py:draw_png": 62,
     "marl/train/learner.py:Learner": 530,
     "marl/train/learner.py:_fit": 101,
-    "marl/train/trainer.py:check_compatible": 86,
     "marl/train/trainer.py:Trainer": 389,
     "marl/train/trainer.py:_metrics": 78,
 }

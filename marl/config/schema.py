@@ -216,6 +216,8 @@ Backend = Literal["hf", "vllm", "openai", "scripted", "human"]
 _WEIGHTLESS_BACKENDS = ("openai", "scripted", "human")
 #: The backends that decode a model here, so their decoding settings can be overridden.
 LOCAL_BACKENDS = ("hf", "vllm")
+#: The backends that answer in free text (a team task, the team runtime).
+TEXT_BACKENDS = ("hf", "vllm", "openai")
 
 
 class RoleConfig(StrictModel):
@@ -441,10 +443,6 @@ class TopologyConfig(StrictModel):
         return refs
 
 
-#: Topology fields that may name an agent instance (``solver_1``) as well as a role.
-_AGENT_REFS = ("edges", "temporal_edges", "final")
-
-
 class GameConfig(StrictModel):
     """The game the team plays: a registry name, an env factory by import path, or a game of
     another suite (``source``).  Whether it exists is checked outside the schema."""
@@ -489,7 +487,7 @@ class TeamConfig(StrictModel):
     """The root of a team file.
 
     Later sections are added as optional fields (``train: TrainConfig | None = None``); their
-    cross-field rules go in :meth:`cross_check` so every problem keeps its own path.
+    cross-section rules go in :mod:`marl.config.rules` so every problem keeps its own path.
     """
 
     schema_version: Literal["marl-teams/v1"] = Field(
@@ -509,7 +507,7 @@ class TeamConfig(StrictModel):
         for r in self.roles:
             if r.name == name:
                 return r
-        raise KeyError(f"unknown role {name!r}; known roles: {self._known_roles()}")
+        raise KeyError(f"unknown role {name!r}; known roles: {self.known_roles()}")
 
     def with_game(self, name: str) -> TeamConfig:
         """The team on another game, with that game's default arguments."""
@@ -538,102 +536,15 @@ class TeamConfig(StrictModel):
             return "team" if self.topology.learnable else "game"
         return kind
 
-    def _known_roles(self) -> str:
+    def known_roles(self) -> str:
         return ", ".join(r.name for r in self.roles)
 
-    def cross_check(self) -> list[PathProblem]:  # noqa: C901 (to split)
-        """Rules that span sections; subclasses extend with ``super().cross_check() + [...]``."""
-        problems: list[PathProblem] = []
-        first: dict[str, int] = {}
-        for i, r in enumerate(self.roles):
-            if r.name in first:
-                problems.append(
-                    (
-                        ("roles", i, "name"),
-                        f"duplicate role name {r.name!r} (also roles.{first[r.name]})",
-                    )
-                )
-            else:
-                first[r.name] = i
-        by_name = {r.name: r for r in self.roles}
-        for i, r in enumerate(self.roles):
-            ref = r.share_base_with
-            if ref is None:
-                continue
-            path = ("roles", i, "share_base_with")
-            other = by_name.get(ref)
-            if other is None:
-                problems.append((path, f"unknown role {ref!r}; known roles: {self._known_roles()}"))
-            elif ref == r.name:
-                problems.append((path, "a role cannot share its base with itself"))
-            elif other.model != r.model:
-                problems.append(
-                    (
-                        path,
-                        f"role {ref!r} uses model {other.model!r} but this role "
-                        f"uses {r.model!r}; sharing base weights needs the same "
-                        "model",
-                    )
-                )
-            elif other.backend != r.backend:
-                problems.append(
-                    (
-                        path,
-                        f"role {ref!r} uses backend {other.backend!r} but this "
-                        f"role uses {r.backend!r}; shared weights live in one "
-                        "backend",
-                    )
-                )
-        agents = {a for r in self.roles for a in r.instance_names()}
-        for rel, ref in self.topology.role_refs():
-            if ref not in by_name and not (rel[0] in _AGENT_REFS and ref in agents):
-                problems.append(
-                    (
-                        ("topology", *rel),
-                        f"unknown role {ref!r}; known roles: {self._known_roles()}",
-                    )
-                )
-        final = by_name.get(self.topology.final or "")
-        if final is not None and final.count > 1:
-            problems.append(
-                (
-                    ("topology", "final"),
-                    f"role {final.name!r} has {final.count} "
-                    "agents and one decides; name one of them ("
-                    f"{', '.join(final.instance_names())})",
-                )
-            )
-        seen: dict[str, int] = {}
-        for i, layer in enumerate(self.topology.layers or []):
-            for j, ref in enumerate(layer):
-                if ref in seen:
-                    problems.append(
-                        (
-                            ("topology", "layers", i, j),
-                            f"role {ref!r} is already in layer {seen[ref]}",
-                        )
-                    )
-                else:
-                    seen[ref] = i
-        return problems + self._share_cycles(by_name)
+    def cross_check(self) -> list[PathProblem]:
+        """The problems of :data:`marl.config.rules.TEAM_RULES`, the rules that span sections;
+        subclasses extend with ``super().cross_check() + [...]``."""
+        from marl.config.rules import TEAM_RULES  # the rules read these models
 
-    def _share_cycles(self, by_name: dict[str, RoleConfig]) -> list[PathProblem]:
-        """share_base_with chains must end at a role that owns its weights."""
-        problems: list[PathProblem] = []
-        for i, r in enumerate(self.roles):
-            chain = [r.name]
-            ref = r.share_base_with
-            while ref is not None and ref in by_name and ref not in chain:
-                chain.append(ref)
-                ref = by_name[ref].share_base_with
-            if ref == r.name and len(chain) > 1:
-                problems.append(
-                    (
-                        ("roles", i, "share_base_with"),
-                        "share_base_with forms a cycle: " + " -> ".join(chain + [ref]),
-                    )
-                )
-        return problems
+        return [problem for rule in TEAM_RULES for problem in rule(self)]
 
     @model_validator(mode="after")
     def _cross_check(self) -> TeamConfig:

@@ -1,4 +1,4 @@
-"""The ``train`` section: what ``marl train`` reads (algorithm, league, Ray, checkpoints)."""
+"""The ``train`` section: what ``marl train`` reads (GRPO settings, league, Ray, checkpoints)."""
 
 from __future__ import annotations
 
@@ -178,7 +178,6 @@ class PolicyTargetConfig(StrictModel):
 class TrainConfig(StrictModel):
     """Multi-agent GRPO settings."""
 
-    algorithm: Literal["grpo"] = "grpo"
     rollout: Literal["auto", "game", "team"] = Field(
         "auto",
         description="game: agents take the seats of game.name; team: the team answers "

@@ -55,6 +55,12 @@ def edit(old: str, new: str, text: str = BASE) -> str:
     return text.replace(old, new, 1)
 
 
+#: BASE with something for a train section to train: role a has an adapter (one line more).
+TRAINED = edit(
+    "    model: tiny-random\n  - name: b", "    model: tiny-random\n    adapter: {}\n  - name: b"
+)
+
+
 # --- valid files and defaults ---
 
 
@@ -476,13 +482,21 @@ def test_a_later_section_plugs_in(tmp_path: Path) -> None:
 
 def test_train_section_is_validated_in_place(tmp_path: Path) -> None:
     f = str(tmp_path / "team.yaml")
-    cfg = load_config(write(tmp_path, BASE + "train:\n  steps: 3\n  league: {anchors: [random]}\n"))
+    cfg = load_config(
+        write(tmp_path, TRAINED + "train:\n  steps: 3\n  league: {anchors: [random]}\n")
+    )
     assert cfg.train is not None and cfg.train.steps == 3
     assert cfg.train.league.anchors == ["random"]
-    assert problems(tmp_path, BASE + "train:\n  group_size: 1\n  advantge: global\n") == [
-        f"{f}:13:15: train.group_size: input should be greater than or equal to 2, got 1",
-        f"{f}:14:3: train.advantge: unknown key 'advantge'; did you mean 'advantage'?",
+    assert problems(tmp_path, TRAINED + "train:\n  group_size: 1\n  advantge: global\n") == [
+        f"{f}:14:15: train.group_size: input should be greater than or equal to 2, got 1",
+        f"{f}:15:3: train.advantge: unknown key 'advantge'; did you mean 'advantage'?",
     ]
+
+
+def test_removed_settings_are_unknown_keys(tmp_path: Path) -> None:
+    f = str(tmp_path / "team.yaml")
+    (out,) = problems(tmp_path, TRAINED + "train:\n  algorithm: grpo\n")
+    assert out.startswith(f"{f}:14:3: train.algorithm: unknown key 'algorithm'; allowed keys: ")
 
 
 # --- the CLI ---
@@ -575,7 +589,7 @@ def test_with_game_resets_the_game_arguments() -> None:
 
 
 def test_train_overrides_are_validated_copies() -> None:
-    cfg = load_config_text(BASE + "train:\n  steps: 3\n  ray: {enabled: false}\n")
+    cfg = load_config_text(TRAINED + "train:\n  steps: 3\n  ray: {enabled: false}\n")
     tc = cfg.train
     assert tc is not None
     assert tc.with_overrides() == tc
@@ -712,7 +726,7 @@ def test_lora_rank_and_bootstrap_are_bounded(tmp_path: Path) -> None:
 
 
 def test_exponent_floats_read_as_numbers(tmp_path: Path) -> None:
-    cfg = load_config(write(tmp_path, BASE + "train: {lr: 3e-4}\n"))
+    cfg = load_config(write(tmp_path, TRAINED + "train: {lr: 3e-4}\n"))
     assert cfg.train is not None and cfg.train.lr == 3e-4
 
 
@@ -742,7 +756,7 @@ def test_validate_checks_game_kwargs_and_seats(tmp_path: Path) -> None:
     seats = write(tmp_path, edit("  - name: b", "    count: 2\n  - name: b"), "seats.yaml")
     selfplay = write(
         tmp_path,
-        BASE.replace(
+        TRAINED.replace(
             "  - name: b\n    model: tiny-random\n    decoding:\n      temperature: 0.5\n", ""
         )
         + "train: {}\n",
@@ -756,7 +770,7 @@ def test_validate_checks_game_kwargs_and_seats(tmp_path: Path) -> None:
     assert out[1].startswith(f"{bad}:12:11: game.kwargs: nim refuses these arguments: piles")
     assert out[2] == f"{seats}:4:3: roles: the team has 3 agents but kuhn_poker has 2 seats"
     assert out[3] == (
-        f"{selfplay}:8:8: train: self-play puts the team in all 2 seats of "
+        f"{selfplay}:9:8: train: self-play puts the team in all 2 seats of "
         "kuhn_poker but it has 1 agents; add agents or set "
         "train.league.opponents: league"
     )
@@ -766,7 +780,7 @@ def test_fewer_agents_than_seats_is_fine_against_opponents(tmp_path: Path) -> No
     vs = REPO / "configs" / "tictactoe_vs_random_tiny.yaml"
     one = write(
         tmp_path,
-        BASE.replace(
+        TRAINED.replace(
             "  - name: b\n    model: tiny-random\n    decoding:\n      temperature: 0.5\n", ""
         ),
         "one.yaml",
