@@ -56,11 +56,13 @@ class RayConfig(StrictModel):
         None, description="An existing cluster (ray://... or auto); default: start a local Ray."
     )
     rollout_workers: Int = Field(1, ge=1, le=1024, description="Rollout worker actors.")
-    cpus_per_worker: Float = Field(1.0, gt=0, le=1024)
+    cpus_per_worker: Float = Field(1.0, gt=0, le=1024, description="CPUs Ray reserves per worker.")
     gpus_per_worker: Float = Field(
         0.0, ge=0, le=64, description="May be fractional: workers share."
     )
-    cpus_per_learner: Float = Field(1.0, gt=0, le=1024)
+    cpus_per_learner: Float = Field(
+        1.0, gt=0, le=1024, description="CPUs Ray reserves per learner."
+    )
     gpus_per_learner: Float = Field(0.0, ge=0, le=64, description="One learner per GPU: 1.")
 
 
@@ -244,17 +246,27 @@ class TrainConfig(StrictModel):
         "...): that bot in every seat of every copy, so a copy costs no model "
         "call (Q of the bot: one step of policy improvement over it).",
     )
-    rae_decay: Float = Field(0.95, gt=0.0, lt=1.0)
+    rae_decay: Float = Field(
+        0.95,
+        gt=0.0,
+        lt=1.0,
+        description="rae: the decay d of each role's running baseline b <- d b + (1 - d) "
+        "mean reward; lower forgets faster.",
+    )
     group_size: Int = Field(8, ge=2, le=MAX_BATCH, description="G: games per group.")
     groups_per_step: Int = Field(8, ge=1, le=MAX_BATCH, description="Groups per training step.")
-    steps: Int = Field(20, ge=1, le=MAX_STEPS)
+    steps: Int = Field(
+        20, ge=1, le=MAX_STEPS, description="Training steps of the run (`marl train --steps`)."
+    )
     max_minutes: Float | None = Field(
         None,
         gt=0,
         le=1e6,
         description="Wall-clock budget: stop (and checkpoint) after the step that crosses it.",
     )
-    lr: Float = Field(1e-4, gt=0, le=10.0)
+    lr: Float = Field(
+        1e-4, gt=0, le=10.0, description="Learning rate of the adapters' optimizer (AdamW)."
+    )
     lr_decay: Float = Field(
         0.0,
         ge=0,
@@ -263,8 +275,16 @@ class TrainConfig(StrictModel):
         "In self-play a constant step keeps the last iterate circling the "
         "equilibrium; a decaying one lets it settle.",
     )
-    clip_low: Float = Field(0.2, ge=0, le=10.0)
-    clip_high: Float = Field(0.28, ge=0, le=10.0)
+    clip_low: Float = Field(
+        0.2, ge=0, le=10.0, description="The ratio pi_theta / pi_old is clipped at 1 - clip_low."
+    )
+    clip_high: Float = Field(
+        0.28,
+        ge=0,
+        le=10.0,
+        description="... and at 1 + clip_high (above clip_low: DAPO's clip-higher, which "
+        "keeps rare good moves learnable).",
+    )
     dual_clip: Float | None = Field(
         None,
         gt=1,
@@ -284,7 +304,9 @@ class TrainConfig(StrictModel):
         "bounds the later ones (PPO epochs, TRL "
         "num_iterations).",
     )
-    max_grad_norm: Float = Field(1.0, gt=0, le=1e6)
+    max_grad_norm: Float = Field(
+        1.0, gt=0, le=1e6, description="Gradients are clipped to this global norm."
+    )
     precision: Precision = Field(
         "fp32",
         description="Compute precision of the learner's forward and backward passes: "
@@ -295,9 +317,13 @@ class TrainConfig(StrictModel):
         "with fp32 master weights). fp16 needs a GPU learner "
         "(ray.gpus_per_learner > 0).",
     )
-    seed: Int = 0
+    seed: Int = Field(
+        0, description="Run seed: every step's deals and samples derive from (seed, step)."
+    )
     concurrency: Int = Field(64, ge=1, le=65536, description="Games played at once per worker.")
-    checkpoint_every: Int = Field(5, ge=1, le=MAX_STEPS)
+    checkpoint_every: Int = Field(
+        5, ge=1, le=MAX_STEPS, description="Write a checkpoint every k steps (and after the last)."
+    )
     max_bad_steps: Int = Field(
         3, ge=1, le=MAX_STEPS, description="Consecutive NaN/inf losses before stop."
     )
@@ -308,7 +334,11 @@ class TrainConfig(StrictModel):
         description="Exact evaluation (exploitability) every k "
         "steps where the game supports it; 0: off.",
     )
-    loggers: list[Literal["jsonl", "wandb"]] = Field(default_factory=lambda: ["jsonl"])
+    loggers: list[Literal["jsonl", "wandb"]] = Field(
+        default_factory=lambda: ["jsonl"],
+        description="Where step metrics go: jsonl (the run's metrics.jsonl) and wandb "
+        "(the wandb extra).",
+    )
     magnet: MagnetConfig = Field(default_factory=MagnetConfig)
     policy_target: PolicyTargetConfig = Field(default_factory=PolicyTargetConfig)
     league: LeagueConfig = Field(default_factory=LeagueConfig)

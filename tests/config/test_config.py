@@ -545,6 +545,19 @@ def test_cli_checks_game_names_against_the_registry(tmp_path: Path) -> None:
     ]
 
 
+def test_configuration_md_is_current(tmp_path: Path) -> None:
+    out = tmp_path / "configuration.md"
+    result = CliRunner().invoke(app, ["schema", "--markdown", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    committed = (REPO / "docs" / "configuration.md").read_text(encoding="utf-8")
+    assert out.read_text(encoding="utf-8") == committed, (
+        "docs/configuration.md is stale: run `marl schema --markdown --out docs/configuration.md`"
+    )
+    for key in ("`train.league.anchors`", "`roles[].decoding.mode`", "`topology.learning.lr`"):
+        assert f"| {key} |" in committed
+    assert "| `train.algorithm` |" not in committed  # a setting nothing read
+
+
 def test_schema_json_is_current(tmp_path: Path) -> None:
     out = tmp_path / "schema.json"
     result = CliRunner().invoke(app, ["schema", "--out", str(out)])
