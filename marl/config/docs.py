@@ -71,7 +71,8 @@ def _cell(text: str) -> str:
 
 
 def _intro(model: type[BaseModel]) -> str:
-    doc = inspect.getdoc(model) or ""
+    """The first paragraph of the model's own docstring (not its base's)."""
+    doc = inspect.cleandoc(vars(model).get("__doc__") or "")
     return " ".join(doc.split("\n\n")[0].split())
 
 
@@ -92,7 +93,7 @@ def sections(
             link = f"[{sub}](#{_anchor(sub)})"
             kind = f"list of {link}" if is_list else kind.replace("section", link)
             nested += [(sub, m) for m in inner]
-            text = text or _intro(inner[0])
+            text = text or _intro(inner[0]).split(". ")[0].removesuffix(".") + "."
         rows.append((dotted, kind, default_text(field), text))
     yield path, model, rows
     for sub, m in nested:

@@ -230,10 +230,9 @@ class RoleConfig(StrictModel):
     model: str = Field(
         "smollm2-135m-instruct",
         min_length=1,
-        description="Model registry name (e.g. smollm2-135m-instruct, "
-        "tiny-random), a Hugging Face id or a local path; the "
-        "bot name (random, heuristic, optimal) for backend "
-        "scripted; the served model name for backend openai.",
+        description="Model registry name (e.g. smollm2-135m-instruct, tiny-random), a Hugging "
+        "Face id or a local path; for backend scripted, a bot of the game (random, and its "
+        "own, e.g. heuristic or optimal); for backend openai, the served model name.",
     )
     backend: Backend = Field("hf", description="What runs the model.")
     adapter: AdapterConfig | None = Field(

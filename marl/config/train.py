@@ -28,8 +28,8 @@ class LeagueConfig(StrictModel):
     pool_size: Int = Field(8, ge=1, le=1024, description="Most recent snapshots kept in the pool.")
     anchors: list[str] = Field(
         default_factory=list,
-        description="Fixed opponents: bot names (random, heuristic, "
-        "optimal) or checkpoint folders.",
+        description="Fixed opponents: bots of the game (random, and its own, e.g. heuristic "
+        "or optimal) or checkpoint folders.",
     )
     latest_prob: Float = Field(
         0.3,
@@ -67,6 +67,8 @@ class RayConfig(StrictModel):
 
 
 class LearnerConfig(StrictModel):
+    """How the learners step: plain torch AdamW, or DeepSpeed ZeRO (the deepspeed extra)."""
+
     backend: Literal["torch", "deepspeed"] = Field(
         "torch", description="deepspeed needs the deepspeed extra."
     )
@@ -130,8 +132,8 @@ class MagnetConfig(StrictModel):
         50,
         ge=1,
         le=MAX_STEPS,
-        description="Move the magnet every k steps, once the policy is near the "
-        "equilibrium of the current one.",
+        description="Move the magnet every k steps; pick k so that by then the policy has "
+        "settled near the current magnet's equilibrium.",
     )
     mix: Float = Field(
         1.0,
