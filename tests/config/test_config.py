@@ -819,3 +819,28 @@ def test_check_kwargs_follows_kwargs_to_the_base_class() -> None:
     assert games.check_kwargs("split_arithmetic", {"n_agent": 3}) == (
         "game 'split_arithmetic' takes no argument 'n_agent'; did you mean 'n_agents'?"
     )
+
+
+def test_training_rules_are_the_files_own(tmp_path: Path) -> None:
+    """What needs only the file is reported where it is, before anything is built."""
+    f = str(tmp_path / "team.yaml")
+    assert problems(tmp_path, BASE + "train: {steps: 1}\n") == [
+        f"{f}:4:3: roles: no trainable role: give a role with backend hf an `adapter`"
+    ]
+    zero3 = "train:\n  learner: {backend: deepspeed, zero_stage: 3}\n  magnet: {alpha: 1.0}\n"
+    assert problems(tmp_path, TRAINED + zero3) == [
+        f"{f}:15:19: train.magnet.alpha: train.magnet needs the magnet's adapter whole on the "
+        "learner: use ZeRO stage 1 or 2, or the torch backend"
+    ]
+
+
+def test_validate_checks_the_train_section_against_the_game(tmp_path: Path) -> None:
+    f = write(
+        tmp_path, TRAINED + "train:\n  reward_scales: {nobody: 2}\n  league: {anchors: [x]}\n"
+    )
+    assert validate_cli(f) == [
+        f"{f}:14:18: train.reward_scales: train.reward_scales names ['nobody']; the seats of "
+        "kuhn_poker are player_0, player_1",
+        f"{f}:15:22: train.league.anchors.0: league anchor 'x' is neither a bot of kuhn_poker "
+        "(heuristic, optimal, random) nor a folder",
+    ]
