@@ -1,15 +1,13 @@
 """``docs/configuration.md`` written from the schema: every setting of a team file by its
 dotted path, with its type, its default and its description, so the reference cannot drift
-from the models.  ``python -m marl.config.docs [--out FILE]`` (or ``marl schema --markdown``)
-prints or writes it; a test keeps the committed copy current."""
+from the models.  ``marl schema --markdown [--out FILE]`` prints or writes it; a test keeps
+the committed copy current."""
 
 from __future__ import annotations
 
-import argparse
 import inspect
 import types
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel
@@ -119,17 +117,3 @@ def markdown(model: type[BaseModel] = TeamConfig) -> str:
             for key, kind, default, text in rows
         ]
     return "\n".join(out) + "\n"
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", help="Write the page here (default: print it).")
-    args = parser.parse_args(argv)
-    if args.out is None:
-        print(markdown(), end="")
-    else:
-        Path(args.out).write_text(markdown(), encoding="utf-8")
-
-
-if __name__ == "__main__":
-    main()
