@@ -109,9 +109,9 @@ class AdapterConfig(StrictModel):
     init: str | None = Field(
         None,
         min_length=1,
-        description="A PEFT adapter folder to start from instead of an untrained adapter (a "
-        "run's checkpoints/step_N/adapters/ROLE, or an export's adapter): training "
-        "warm-starts from it.  Its rank, alpha and targets must be these.",
+        description="A PEFT adapter folder to start from instead of an untrained adapter (a run's "
+        "checkpoints/step_N/adapters/ROLE, or an export's adapter): training warm-starts from it."
+        "  Its rank, alpha and targets must be these.",
     )
 
 
@@ -120,10 +120,9 @@ class DecodingConfig(StrictModel):
 
     mode: Literal["free", "choice", "think"] = Field(
         "free",
-        description="free: sample text and parse it; choice: score each legal action "
-        "and pick from that distribution (no parse failures); think: "
-        "sample up to think_tokens of reasoning, then choose as choice "
-        "does after it (docs/algorithms.md#think-then-act).",
+        description="free: sample text and parse it; choice: score each legal action and pick from"
+        " that distribution (no parse failures); think: sample up to think_tokens of reasoning, "
+        "then choose as choice does after it (docs/algorithms.md#think-then-act).",
     )
     temperature: Float = Field(
         1.0, ge=0.0, le=100.0, description="Sampling temperature; 0 is greedy."
@@ -134,9 +133,8 @@ class DecodingConfig(StrictModel):
         48,
         ge=0,
         le=4096,
-        description="think: most reasoning tokens before the choice; 0 "
-        "reasons not at all (the choice mode's prompt and "
-        "distribution).",
+        description="think: most reasoning tokens before the choice; 0 reasons not at all (the "
+        "choice mode's prompt and distribution).",
     )
     think_prompt: str = Field(
         "Think briefly about your move, in a sentence or two.",
@@ -146,20 +144,18 @@ class DecodingConfig(StrictModel):
         1024,
         ge=16,
         le=1_048_576,
-        description="Longer prompts keep their last tokens (the current state and "
-        "the legal moves) and a warning is printed.",
+        description="Longer prompts keep their last tokens (the current state and the legal moves)"
+        " and a warning is printed.",
     )
     precision: Precision = Field(
         "fp32",
-        description="Compute precision of this role's forward passes (backends hf and "
-        "vllm; roles sharing a vLLM engine share the first one's): "
-        "fp32, or bf16/fp16 autocast; auto is bf16 where the hardware has "
-        "bf16 matrix units (AMX, AVX512-BF16, a GPU) and fp32 elsewhere, "
-        "where bf16 is emulated and slow. When every role on a base and its "
-        "learner (train.precision) compute in the same half precision, the "
-        "frozen base is stored in it (LoRA weights stay fp32); mixed, it "
-        "stays fp32 and is cast at each forward, which is slower. fp16 "
-        "needs a GPU.",
+        description="Compute precision of this role's forward passes (backends hf and vllm; roles "
+        "sharing a vLLM engine share the first one's): fp32, or bf16/fp16 autocast; auto is bf16 "
+        "where the hardware has bf16 matrix units (AMX, AVX512-BF16, a GPU) and fp32 elsewhere, "
+        "where bf16 is emulated and slow. When every role on a base and its learner "
+        "(train.precision) compute in the same half precision, the frozen base is stored in it "
+        "(LoRA weights stay fp32); mixed, it stays fp32 and is cast at each forward, which is "
+        "slower. fp16 needs a GPU.",
     )
 
 
@@ -180,9 +176,8 @@ class DeferConfig(StrictModel):
     its topology: it is asked only when the role's answer contains ``token``."""
 
     expert: Literal["oracle", "human", "openai"] = Field(
-        description="Who answers a deferred task: oracle (the task's reference answer, a "
-        "simulated expert), human (a person at the terminal) or openai (a hosted "
-        "model at `endpoint`)."
+        description="Who answers a deferred task: oracle (the task's reference answer, a simulated"
+        " expert), human (a person at the terminal) or openai (a hosted model at `endpoint`)."
     )
     cost: Float = Field(
         ge=0.0, le=100.0, description="Subtracted from the team reward for each deferral."
@@ -230,9 +225,9 @@ class RoleConfig(StrictModel):
     model: str = Field(
         "smollm2-135m-instruct",
         min_length=1,
-        description="Model registry name (e.g. smollm2-135m-instruct, tiny-random), a Hugging "
-        "Face id or a local path; for backend scripted, a bot of the game (random, and its "
-        "own, e.g. heuristic or optimal); for backend openai, the served model name.",
+        description="Model registry name (e.g. smollm2-135m-instruct, tiny-random), a Hugging Face"
+        " id or a local path; for backend scripted, a bot of the game (random, and its own, e.g. "
+        "heuristic or optimal); for backend openai, the served model name.",
     )
     backend: Backend = Field("hf", description="What runs the model.")
     adapter: AdapterConfig | None = Field(
@@ -255,8 +250,8 @@ class RoleConfig(StrictModel):
     )
     defer: DeferConfig | None = Field(
         None,
-        description="Allow this role to defer a task to an expert at a cost; it needs "
-        "backend hf or vllm (a trained decision).",
+        description="Allow this role to defer a task to an expert at a cost; it needs backend hf "
+        "or vllm (a trained decision).",
     )
 
     def instance_names(self) -> list[str]:
@@ -323,8 +318,8 @@ class TopologyLearningConfig(StrictModel):
     )
     cost: Literal["messages", "tokens"] = Field(
         "messages",
-        description="What an episode costs: edges used, or prompt + completion "
-        "tokens of every turn.",
+        description="What an episode costs: edges used, or prompt + completion tokens of every "
+        "turn.",
     )
     cost_weight: Float = Field(
         0.0, ge=0, le=1e6, description="lambda in utility = score - lambda x cost."
@@ -368,29 +363,28 @@ class TopologyConfig(StrictModel):
     )
     edges: list[tuple[str, str]] | None = Field(
         None,
-        description="[src, dst] pairs of roles or agents, within a round; required for "
-        "explicit only.",
+        description="[src, dst] pairs of roles or agents, within a round; required for explicit "
+        "only.",
     )
     temporal_edges: list[tuple[str, str]] | None = Field(
         None,
-        description="explicit only: [src, dst] pairs of roles or agents from round t-1 "
-        "to round t (self-loops allowed); default: from the sinks of `edges` "
-        "back to their sources.",
+        description="explicit only: [src, dst] pairs of roles or agents from round t-1 to round t "
+        "(self-loops allowed); default: from the sinks of `edges` back to their sources.",
     )
     final: str | None = Field(
         None,
-        description="The role (with one agent) or agent whose last answer is the team's "
-        "(decision 'final'); default: the last to speak in the last round.",
+        description="The role (with one agent) or agent whose last answer is the team's (decision "
+        "'final'); default: the last to speak in the last round.",
     )
     decision: Literal["final", "vote"] = Field(
         "final",
-        description="final: the final agent decides; vote: majority vote over every "
-        "agent's last-round answer.",
+        description="final: the final agent decides; vote: majority vote over every agent's "
+        "last-round answer.",
     )
     prune: bool = Field(
         False,
-        description="Drop agents that never reach the decision instead "
-        "of rejecting the topology (learned graphs do).",
+        description="Drop agents that never reach the decision instead of rejecting the topology "
+        "(learned graphs do).",
     )
 
     @model_validator(mode="after")
