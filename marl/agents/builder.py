@@ -18,11 +18,8 @@ from marl.agents.host.adapters import AdapterMismatch
 from marl.agents.models import MODEL_REGISTRY, ensure_cached, load_model
 from marl.agents.policy import Policy, make_policy
 from marl.agents.precision import weights_dtype
-from marl.config.schema import LOCAL_BACKENDS, RoleConfig, TeamConfig
+from marl.config.schema import LOCAL_BACKENDS, TEXT_BACKENDS, RoleConfig, TeamConfig
 from marl.infra.layout import adapter_folder
-
-#: Backends that answer in free text (language models): what a team runs.
-TEXT_BACKENDS = ("hf", "vllm", "openai")
 
 
 class RosterError(ValueError):

@@ -12,7 +12,7 @@ import typer
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from marl.config import Check, GameConfig, TeamConfig
+    from marl.config import Check, TeamConfig
     from marl.config.schema import PathProblem
     from marl.config.tournament import TournamentConfig
     from marl.orchestrator.team import Team
@@ -26,78 +26,12 @@ def fail(message: str) -> NoReturn:
     raise typer.Exit(2)
 
 
-def game_problems(game: GameConfig, *, tasks: bool) -> tuple[list[PathProblem], int | None]:
-    """The game section checked against the registry (the schema cannot import games): its
-    name, entry point or source imports, ``kwargs`` fit; the problems, and the number of seats
-    when it is a game that builds.  With ``tasks`` a cooperative task's name is fine too: a
-    team can answer it in free text."""
-    from marl import games
-    from marl.games.tasks import make_task, task_names
-
-    problem = games.check_config(game, tasks=tasks)
-    if problem is not None:
-        return [(("game", problem[0]), problem[1])], None
-    is_task = (
-        game.entry_point is None
-        and game.source == "registry"
-        and game.name in task_names()
-        and game.name not in games.names()
-    )
-    build = (
-        (lambda: make_task(game.name, 0, **game.kwargs))
-        if is_task
-        else (lambda: games.make_from_config(game))
-    )
-    try:
-        made = build()
-    except Exception as exc:  # noqa: BLE001 - each game checks its own arguments its own way
-        return [(("game", "kwargs"), f"{game.name} refuses these arguments: {exc}")], None
-    seats = getattr(made, "possible_agents", None)
-    return [], None if seats is None else len(seats)
-
-
-def team_problems(cfg: TeamConfig) -> list[PathProblem]:
-    """What a team file needs beyond the schema: a known game or task that takes its
-    ``game.kwargs``, and agents that fit the game's seats where the team plays them (self-play
-    fills every seat; against bots or a league the team may have fewer agents)."""
-    from marl.topologies import TopologyError, build_topology  # the team's graph must build too
-
-    problems, seats = game_problems(cfg.game, tasks=True)
-    try:
-        build_topology(cfg)
-    except TopologyError as exc:
-        problems.append((("topology",), str(exc)))
-    if seats is None or cfg.rollout_kind() != "game":
-        return problems
-    agents = sum(r.count for r in cfg.roles)
-    league = cfg.train.league.opponents if cfg.train is not None else None
-    if agents > seats:
-        problems.append(
-            (("roles",), f"the team has {agents} agents but {cfg.game.name} has {seats} seats")
-        )
-    elif league == "self" and agents != seats:
-        problems.append(
-            (
-                ("train",),
-                f"self-play puts the team in all {seats} seats of "
-                f"{cfg.game.name} but it has {agents} agents; add agents "
-                "or set train.league.opponents: league",
-            )
-        )
-    if league == "league" and seats != 2:
-        problems.append(
-            (
-                ("train", "league", "opponents"),
-                f"league opponents need a two-seat game; {cfg.game.name} has {seats}",
-            )
-        )
-    return problems
-
-
 def tournament_problems(cfg: TournamentConfig, base: Path) -> list[PathProblem]:
     """What a tournament file needs beyond the schema: a game that builds with its kwargs,
     then the tournament's own checks (sources exist, seats fit; paths relative to ``base``)."""
-    problems, seats = game_problems(cfg.game, tasks=False)
+    from marl.agents.checks import game_problems
+
+    problems, _ = game_problems(cfg.game, tasks=False)
     if problems:
         return problems
     from marl.orchestrator.arena.tournament import (
@@ -109,6 +43,7 @@ def tournament_problems(cfg: TournamentConfig, base: Path) -> list[PathProblem]:
 
 def config_problems(cfg: BaseModel, file: str) -> list[PathProblem]:
     """The checks of whichever root ``cfg`` is (team or tournament) for a file at ``file``."""
+    from marl.agents.checks import team_problems
     from marl.config.tournament import TournamentConfig
 
     if isinstance(cfg, TournamentConfig):
@@ -129,6 +64,7 @@ def load_file(path: str, model: type[M], checks: Sequence[Check]) -> M:
 
 def load_team(path: str) -> TeamConfig:
     """Load a team file, its game and seats checked too, or print its problems and exit 2."""
+    from marl.agents.checks import team_problems
     from marl.config import TeamConfig
 
     return load_file(path, TeamConfig, [team_problems])

@@ -40,17 +40,27 @@ def schema_cmd(
             "--tournament", help="Tournament files instead (docs/tournament.schema.json)."
         ),
     ] = False,
+    markdown: Annotated[
+        bool,
+        typer.Option(
+            "--markdown", help="The settings reference as Markdown (docs/configuration.md)."
+        ),
+    ] = False,
 ) -> None:
-    """Print the JSON Schema of team files (for editors and docs/schema.json)."""
+    """Print the JSON Schema of team files (for editors and docs/schema.json), or with
+    --markdown the reference of every setting (docs/configuration.md)."""
     import json
     from pathlib import Path
 
     from marl.config import json_schema
+    from marl.config.docs import markdown as reference
     from marl.config.tournament import TournamentConfig
 
-    text = (
-        json.dumps(json_schema(TournamentConfig) if tournament else json_schema(), indent=2) + "\n"
-    )
+    if markdown:
+        text = reference()
+    else:
+        schema = json_schema(TournamentConfig) if tournament else json_schema()
+        text = json.dumps(schema, indent=2) + "\n"
     if out is None:
         typer.echo(text, nl=False)
     else:

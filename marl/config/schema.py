@@ -109,9 +109,9 @@ class AdapterConfig(StrictModel):
     init: str | None = Field(
         None,
         min_length=1,
-        description="A PEFT adapter folder to start from instead of an untrained adapter (a "
-        "run's checkpoints/step_N/adapters/ROLE, or an export's adapter): training "
-        "warm-starts from it.  Its rank, alpha and targets must be these.",
+        description="A PEFT adapter folder to start from instead of an untrained adapter (a run's "
+        "checkpoints/step_N/adapters/ROLE, or an export's adapter): training warm-starts from it."
+        "  Its rank, alpha and targets must be these.",
     )
 
 
@@ -120,10 +120,9 @@ class DecodingConfig(StrictModel):
 
     mode: Literal["free", "choice", "think"] = Field(
         "free",
-        description="free: sample text and parse it; choice: score each legal action "
-        "and pick from that distribution (no parse failures); think: "
-        "sample up to think_tokens of reasoning, then choose as choice "
-        "does after it (docs/algorithms.md#think-then-act).",
+        description="free: sample text and parse it; choice: score each legal action and pick from"
+        " that distribution (no parse failures); think: sample up to think_tokens of reasoning, "
+        "then choose as choice does after it (docs/algorithms.md#think-then-act).",
     )
     temperature: Float = Field(
         1.0, ge=0.0, le=100.0, description="Sampling temperature; 0 is greedy."
@@ -134,9 +133,8 @@ class DecodingConfig(StrictModel):
         48,
         ge=0,
         le=4096,
-        description="think: most reasoning tokens before the choice; 0 "
-        "reasons not at all (the choice mode's prompt and "
-        "distribution).",
+        description="think: most reasoning tokens before the choice; 0 reasons not at all (the "
+        "choice mode's prompt and distribution).",
     )
     think_prompt: str = Field(
         "Think briefly about your move, in a sentence or two.",
@@ -146,20 +144,18 @@ class DecodingConfig(StrictModel):
         1024,
         ge=16,
         le=1_048_576,
-        description="Longer prompts keep their last tokens (the current state and "
-        "the legal moves) and a warning is printed.",
+        description="Longer prompts keep their last tokens (the current state and the legal moves)"
+        " and a warning is printed.",
     )
     precision: Precision = Field(
         "fp32",
-        description="Compute precision of this role's forward passes (backends hf and "
-        "vllm; roles sharing a vLLM engine share the first one's): "
-        "fp32, or bf16/fp16 autocast; auto is bf16 where the hardware has "
-        "bf16 matrix units (AMX, AVX512-BF16, a GPU) and fp32 elsewhere, "
-        "where bf16 is emulated and slow. When every role on a base and its "
-        "learner (train.precision) compute in the same half precision, the "
-        "frozen base is stored in it (LoRA weights stay fp32); mixed, it "
-        "stays fp32 and is cast at each forward, which is slower. fp16 "
-        "needs a GPU.",
+        description="Compute precision of this role's forward passes (backends hf and vllm; roles "
+        "sharing a vLLM engine share the first one's): fp32, or bf16/fp16 autocast; auto is bf16 "
+        "where the hardware has bf16 matrix units (AMX, AVX512-BF16, a GPU) and fp32 elsewhere, "
+        "where bf16 is emulated and slow. When every role on a base and its learner "
+        "(train.precision) compute in the same half precision, the frozen base is stored in it "
+        "(LoRA weights stay fp32); mixed, it stays fp32 and is cast at each forward, which is "
+        "slower. fp16 needs a GPU.",
     )
 
 
@@ -180,9 +176,8 @@ class DeferConfig(StrictModel):
     its topology: it is asked only when the role's answer contains ``token``."""
 
     expert: Literal["oracle", "human", "openai"] = Field(
-        description="Who answers a deferred task: oracle (the task's reference answer, a "
-        "simulated expert), human (a person at the terminal) or openai (a hosted "
-        "model at `endpoint`)."
+        description="Who answers a deferred task: oracle (the task's reference answer, a simulated"
+        " expert), human (a person at the terminal) or openai (a hosted model at `endpoint`)."
     )
     cost: Float = Field(
         ge=0.0, le=100.0, description="Subtracted from the team reward for each deferral."
@@ -216,6 +211,8 @@ Backend = Literal["hf", "vllm", "openai", "scripted", "human"]
 _WEIGHTLESS_BACKENDS = ("openai", "scripted", "human")
 #: The backends that decode a model here, so their decoding settings can be overridden.
 LOCAL_BACKENDS = ("hf", "vllm")
+#: The backends that answer in free text (a team task, the team runtime).
+TEXT_BACKENDS = ("hf", "vllm", "openai")
 
 
 class RoleConfig(StrictModel):
@@ -228,10 +225,9 @@ class RoleConfig(StrictModel):
     model: str = Field(
         "smollm2-135m-instruct",
         min_length=1,
-        description="Model registry name (e.g. smollm2-135m-instruct, "
-        "tiny-random), a Hugging Face id or a local path; the "
-        "bot name (random, heuristic, optimal) for backend "
-        "scripted; the served model name for backend openai.",
+        description="Model registry name (e.g. smollm2-135m-instruct, tiny-random), a Hugging Face"
+        " id or a local path; for backend scripted, a bot of the game (random, and its own, e.g. "
+        "heuristic or optimal); for backend openai, the served model name.",
     )
     backend: Backend = Field("hf", description="What runs the model.")
     adapter: AdapterConfig | None = Field(
@@ -254,8 +250,8 @@ class RoleConfig(StrictModel):
     )
     defer: DeferConfig | None = Field(
         None,
-        description="Allow this role to defer a task to an expert at a cost; it needs "
-        "backend hf or vllm (a trained decision).",
+        description="Allow this role to defer a task to an expert at a cost; it needs backend hf "
+        "or vllm (a trained decision).",
     )
 
     def instance_names(self) -> list[str]:
@@ -322,8 +318,8 @@ class TopologyLearningConfig(StrictModel):
     )
     cost: Literal["messages", "tokens"] = Field(
         "messages",
-        description="What an episode costs: edges used, or prompt + completion "
-        "tokens of every turn.",
+        description="What an episode costs: edges used, or prompt + completion tokens of every "
+        "turn.",
     )
     cost_weight: Float = Field(
         0.0, ge=0, le=1e6, description="lambda in utility = score - lambda x cost."
@@ -367,29 +363,28 @@ class TopologyConfig(StrictModel):
     )
     edges: list[tuple[str, str]] | None = Field(
         None,
-        description="[src, dst] pairs of roles or agents, within a round; required for "
-        "explicit only.",
+        description="[src, dst] pairs of roles or agents, within a round; required for explicit "
+        "only.",
     )
     temporal_edges: list[tuple[str, str]] | None = Field(
         None,
-        description="explicit only: [src, dst] pairs of roles or agents from round t-1 "
-        "to round t (self-loops allowed); default: from the sinks of `edges` "
-        "back to their sources.",
+        description="explicit only: [src, dst] pairs of roles or agents from round t-1 to round t "
+        "(self-loops allowed); default: from the sinks of `edges` back to their sources.",
     )
     final: str | None = Field(
         None,
-        description="The role (with one agent) or agent whose last answer is the team's "
-        "(decision 'final'); default: the last to speak in the last round.",
+        description="The role (with one agent) or agent whose last answer is the team's (decision "
+        "'final'); default: the last to speak in the last round.",
     )
     decision: Literal["final", "vote"] = Field(
         "final",
-        description="final: the final agent decides; vote: majority vote over every "
-        "agent's last-round answer.",
+        description="final: the final agent decides; vote: majority vote over every agent's "
+        "last-round answer.",
     )
     prune: bool = Field(
         False,
-        description="Drop agents that never reach the decision instead "
-        "of rejecting the topology (learned graphs do).",
+        description="Drop agents that never reach the decision instead of rejecting the topology "
+        "(learned graphs do).",
     )
 
     @model_validator(mode="after")
@@ -441,10 +436,6 @@ class TopologyConfig(StrictModel):
         return refs
 
 
-#: Topology fields that may name an agent instance (``solver_1``) as well as a role.
-_AGENT_REFS = ("edges", "temporal_edges", "final")
-
-
 class GameConfig(StrictModel):
     """The game the team plays: a registry name, an env factory by import path, or a game of
     another suite (``source``).  Whether it exists is checked outside the schema."""
@@ -489,7 +480,7 @@ class TeamConfig(StrictModel):
     """The root of a team file.
 
     Later sections are added as optional fields (``train: TrainConfig | None = None``); their
-    cross-field rules go in :meth:`cross_check` so every problem keeps its own path.
+    cross-section rules go in :mod:`marl.config.rules` so every problem keeps its own path.
     """
 
     schema_version: Literal["marl-teams/v1"] = Field(
@@ -509,7 +500,7 @@ class TeamConfig(StrictModel):
         for r in self.roles:
             if r.name == name:
                 return r
-        raise KeyError(f"unknown role {name!r}; known roles: {self._known_roles()}")
+        raise KeyError(f"unknown role {name!r}; known roles: {self.known_roles()}")
 
     def with_game(self, name: str) -> TeamConfig:
         """The team on another game, with that game's default arguments."""
@@ -538,102 +529,15 @@ class TeamConfig(StrictModel):
             return "team" if self.topology.learnable else "game"
         return kind
 
-    def _known_roles(self) -> str:
+    def known_roles(self) -> str:
         return ", ".join(r.name for r in self.roles)
 
-    def cross_check(self) -> list[PathProblem]:  # noqa: C901 (to split)
-        """Rules that span sections; subclasses extend with ``super().cross_check() + [...]``."""
-        problems: list[PathProblem] = []
-        first: dict[str, int] = {}
-        for i, r in enumerate(self.roles):
-            if r.name in first:
-                problems.append(
-                    (
-                        ("roles", i, "name"),
-                        f"duplicate role name {r.name!r} (also roles.{first[r.name]})",
-                    )
-                )
-            else:
-                first[r.name] = i
-        by_name = {r.name: r for r in self.roles}
-        for i, r in enumerate(self.roles):
-            ref = r.share_base_with
-            if ref is None:
-                continue
-            path = ("roles", i, "share_base_with")
-            other = by_name.get(ref)
-            if other is None:
-                problems.append((path, f"unknown role {ref!r}; known roles: {self._known_roles()}"))
-            elif ref == r.name:
-                problems.append((path, "a role cannot share its base with itself"))
-            elif other.model != r.model:
-                problems.append(
-                    (
-                        path,
-                        f"role {ref!r} uses model {other.model!r} but this role "
-                        f"uses {r.model!r}; sharing base weights needs the same "
-                        "model",
-                    )
-                )
-            elif other.backend != r.backend:
-                problems.append(
-                    (
-                        path,
-                        f"role {ref!r} uses backend {other.backend!r} but this "
-                        f"role uses {r.backend!r}; shared weights live in one "
-                        "backend",
-                    )
-                )
-        agents = {a for r in self.roles for a in r.instance_names()}
-        for rel, ref in self.topology.role_refs():
-            if ref not in by_name and not (rel[0] in _AGENT_REFS and ref in agents):
-                problems.append(
-                    (
-                        ("topology", *rel),
-                        f"unknown role {ref!r}; known roles: {self._known_roles()}",
-                    )
-                )
-        final = by_name.get(self.topology.final or "")
-        if final is not None and final.count > 1:
-            problems.append(
-                (
-                    ("topology", "final"),
-                    f"role {final.name!r} has {final.count} "
-                    "agents and one decides; name one of them ("
-                    f"{', '.join(final.instance_names())})",
-                )
-            )
-        seen: dict[str, int] = {}
-        for i, layer in enumerate(self.topology.layers or []):
-            for j, ref in enumerate(layer):
-                if ref in seen:
-                    problems.append(
-                        (
-                            ("topology", "layers", i, j),
-                            f"role {ref!r} is already in layer {seen[ref]}",
-                        )
-                    )
-                else:
-                    seen[ref] = i
-        return problems + self._share_cycles(by_name)
+    def cross_check(self) -> list[PathProblem]:
+        """The problems of :data:`marl.config.rules.TEAM_RULES`, the rules that span sections;
+        subclasses extend with ``super().cross_check() + [...]``."""
+        from marl.config.rules import TEAM_RULES  # the rules read these models
 
-    def _share_cycles(self, by_name: dict[str, RoleConfig]) -> list[PathProblem]:
-        """share_base_with chains must end at a role that owns its weights."""
-        problems: list[PathProblem] = []
-        for i, r in enumerate(self.roles):
-            chain = [r.name]
-            ref = r.share_base_with
-            while ref is not None and ref in by_name and ref not in chain:
-                chain.append(ref)
-                ref = by_name[ref].share_base_with
-            if ref == r.name and len(chain) > 1:
-                problems.append(
-                    (
-                        ("roles", i, "share_base_with"),
-                        "share_base_with forms a cycle: " + " -> ".join(chain + [ref]),
-                    )
-                )
-        return problems
+        return [problem for rule in TEAM_RULES for problem in rule(self)]
 
     @model_validator(mode="after")
     def _cross_check(self) -> TeamConfig:

@@ -1,4 +1,4 @@
-"""The ``train`` section: what ``marl train`` reads (algorithm, league, Ray, checkpoints)."""
+"""The ``train`` section: what ``marl train`` reads (GRPO settings, league, Ray, checkpoints)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ class LeagueConfig(StrictModel):
 
     opponents: Literal["self", "league"] = Field(
         "self",
-        description="self: the latest policy in every seat; league: the trained role "
-        "takes one seat and a pool member the others.",
+        description="self: the latest policy in every seat; league: the trained role takes one "
+        "seat and a pool member the others.",
     )
     snapshot_every: Int = Field(
         5, ge=1, le=MAX_STEPS, description="Add the policy to the pool every k steps."
@@ -28,7 +28,7 @@ class LeagueConfig(StrictModel):
     pool_size: Int = Field(8, ge=1, le=1024, description="Most recent snapshots kept in the pool.")
     anchors: list[str] = Field(
         default_factory=list,
-        description="Fixed opponents: bot names (random, heuristic, "
+        description="Fixed opponents: bots of the game (random, and its own, e.g. heuristic or "
         "optimal) or checkpoint folders.",
     )
     latest_prob: Float = Field(
@@ -42,9 +42,9 @@ class LeagueConfig(StrictModel):
     )
     learn_from_snapshots: bool = Field(
         True,
-        description="Also learn from the moves the pool's snapshots make in league games, "
-        "through the clipped ratio to their own log-probs (off-policy); "
-        "false: only the latest policy's moves.",
+        description="Also learn from the moves the pool's snapshots make in league games, through "
+        "the clipped ratio to their own log-probs (off-policy); false: only the latest policy's "
+        "moves.",
     )
 
 
@@ -56,15 +56,19 @@ class RayConfig(StrictModel):
         None, description="An existing cluster (ray://... or auto); default: start a local Ray."
     )
     rollout_workers: Int = Field(1, ge=1, le=1024, description="Rollout worker actors.")
-    cpus_per_worker: Float = Field(1.0, gt=0, le=1024)
+    cpus_per_worker: Float = Field(1.0, gt=0, le=1024, description="CPUs Ray reserves per worker.")
     gpus_per_worker: Float = Field(
         0.0, ge=0, le=64, description="May be fractional: workers share."
     )
-    cpus_per_learner: Float = Field(1.0, gt=0, le=1024)
+    cpus_per_learner: Float = Field(
+        1.0, gt=0, le=1024, description="CPUs Ray reserves per learner."
+    )
     gpus_per_learner: Float = Field(0.0, ge=0, le=64, description="One learner per GPU: 1.")
 
 
 class LearnerConfig(StrictModel):
+    """How the learners step: plain torch AdamW, or DeepSpeed ZeRO (the deepspeed extra)."""
+
     backend: Literal["torch", "deepspeed"] = Field(
         "torch", description="deepspeed needs the deepspeed extra."
     )
@@ -80,12 +84,11 @@ class MismatchConfig(StrictModel):
 
     correction: Literal["auto", "recompute", "tis", "none"] = Field(
         "auto",
-        description="recompute: the ratio's old log-probs are the learner's, computed "
-        "before the update; tis: that, and each token weighted by "
-        "min(pi_learner / pi_engine, cap) (truncated importance sampling); "
-        "none: the engine's log-probs; auto: recompute for roles on vllm, "
-        "else none.  Every correction logs learner.mismatch, the mean "
-        "|log pi_engine - log pi_learner|.",
+        description="recompute: the ratio's old log-probs are the learner's, computed before the "
+        "update; tis: that, and each token weighted by min(pi_learner / pi_engine, cap) (truncated"
+        " importance sampling); none: the engine's log-probs; auto: recompute for roles on vllm, "
+        "else none.  Every correction logs learner.mismatch, the mean |log pi_engine - log "
+        "pi_learner|.",
     )
     cap: Float = Field(2.0, ge=1.0, le=1e6, description="C of the truncated importance weights.")
 
@@ -97,18 +100,16 @@ class InvalidMovesConfig(StrictModel):
 
     handling: Literal["forfeit", "retry", "penalty"] = Field(
         "forfeit",
-        description="forfeit: play it, the game forfeits the agent (its rules); "
-        "retry: ask the agent again, its answer and the error shown, up "
-        "to `retries` times, then forfeit; penalty: play a random legal "
-        "move instead.",
+        description="forfeit: play it, the game forfeits the agent (its rules); retry: ask the "
+        "agent again, its answer and the error shown, up to `retries` times, then forfeit; "
+        "penalty: play a random legal move instead.",
     )
     penalty: Float = Field(
         0.5,
         ge=0.0,
         le=1e6,
-        description="retry and penalty: every unplayable answer gets reward "
-        "-penalty on top of the game's return (logged as "
-        "format_penalties, apart from the game's rewards).",
+        description="retry and penalty: every unplayable answer gets reward -penalty on top of the"
+        " game's return (logged as format_penalties, apart from the game's rewards).",
     )
     retries: Int = Field(1, ge=1, le=64, description="retry: further tries per decision.")
 
@@ -121,15 +122,15 @@ class MagnetConfig(StrictModel):
         0.0,
         ge=0,
         le=1e6,
-        description="Weight of KL(pi || magnet) in the loss (exact over the "
-        "legal actions in choice decoding); 0: off.",
+        description="Weight of KL(pi || magnet) in the loss (exact over the legal actions in "
+        "choice decoding); 0: off.",
     )
     every: Int = Field(
         50,
         ge=1,
         le=MAX_STEPS,
-        description="Move the magnet every k steps, once the policy is near the "
-        "equilibrium of the current one.",
+        description="Move the magnet every k steps; pick k so that by then the policy has settled "
+        "near the current magnet's equilibrium.",
     )
     mix: Float = Field(
         1.0,
@@ -150,41 +151,37 @@ class PolicyTargetConfig(StrictModel):
         0.0,
         ge=0,
         le=1e6,
-        description="Step size of the closed-form step (on action values in "
-        "reward units); 0: off (the GRPO step).",
+        description="Step size of the closed-form step (on action values in reward units); 0: off "
+        "(the GRPO step).",
     )
     fit_steps: Int = Field(
         10, ge=1, le=10_000, description="Steps on KL(pi_target || pi) per training step."
     )
     solver: Literal["adam", "gauss_newton"] = Field(
         "adam",
-        description="adam: the learner's optimizer at train.lr, halved after a step "
-        "that does not lower the KL, ending on the best weights; "
-        "gauss_newton: least-norm steps that move each state's logit "
-        "differences to the targets' to first order, whatever the "
-        "features share (the torch learner backend).",
+        description="adam: the learner's optimizer at train.lr, halved after a step that does not "
+        "lower the KL, ending on the best weights; gauss_newton: least-norm steps that move each "
+        "state's logit differences to the targets' to first order, whatever the features share "
+        "(the torch learner backend).",
     )
     ridge: Float = Field(
         1e-6,
         gt=0,
         le=1e6,
-        description="gauss_newton: the damping, relative to the mean "
-        "squared gradient of a logit difference (which the "
-        "directions the states share dominate: a large ridge "
-        "damps the state-specific ones away).",
+        description="gauss_newton: the damping, relative to the mean squared gradient of a logit "
+        "difference (which the directions the states share dominate: a large ridge damps the "
+        "state-specific ones away).",
     )
 
 
 class TrainConfig(StrictModel):
     """Multi-agent GRPO settings."""
 
-    algorithm: Literal["grpo"] = "grpo"
     rollout: Literal["auto", "game", "team"] = Field(
         "auto",
-        description="game: agents take the seats of game.name; team: the team answers "
-        "game.name's cooperative tasks in free text along its topology "
-        "(one sampled graph per episode when learnable); auto: team when "
-        "the topology is learnable, else game.",
+        description="game: agents take the seats of game.name; team: the team answers game.name's "
+        "cooperative tasks in free text along its topology (one sampled graph per episode when "
+        "learnable); auto: team when the topology is learnable, else game.",
     )
     policies: Literal["train", "frozen"] = Field(
         "train", description="frozen: no GRPO update; only a learnable topology learns."
@@ -194,85 +191,101 @@ class TrainConfig(StrictModel):
     )
     advantage_scale: Literal["std", "none"] = Field(
         "std",
-        description="What divides each cell's centred rewards (global, agent_wise, "
-        "turn_level; rae never divides): std: the cell's std (GRPO); none: "
-        "nothing, advantages in the rewards' units (Dr. GRPO), so every "
-        "state's payoffs keep their size and the game trained on is the "
-        "game played (a magnet's alpha is then in reward units).",
+        description="What divides each cell's centred rewards (global, agent_wise, turn_level; rae"
+        " never divides): std: the cell's std (GRPO); none: nothing, advantages in the rewards' "
+        "units (Dr. GRPO), so every state's payoffs keep their size and the game trained on is the"
+        " game played (a magnet's alpha is then in reward units).",
     )
     agent_key: Literal["seat", "role"] = Field(
         "seat", description="What 'agent' means for agent-wise statistics."
     )
     group_by: Literal["seed", "state"] = Field(
         "seed",
-        description="seed: the G games of one deal; state: decisions taken in the "
-        "identical observation (anchor states).",
+        description="seed: the G games of one deal; state: decisions taken in the identical "
+        "observation (anchor states).",
     )
     common_mode: Float = Field(
         0.0,
         ge=0.0,
         le=1.0,
-        description="Fraction of the advantages' projection on the card-blind score "
-        "directions of each (public state, agent) to remove: 1 trains only what "
-        "depends on the private cards, against card-blind drift in poker.",
+        description="Fraction of the advantages' projection on the card-blind score directions of "
+        "each (public state, agent) to remove: 1 trains only what depends on the private cards, "
+        "against card-blind drift in poker.",
     )
     reward: Literal["individual", "team"] = Field(
         "individual",
-        description="individual: each agent its own return (on a team task "
-        "that scores roles, its role's score); team: every agent "
-        "gets the team's reward (MAGRPO).",
+        description="individual: each agent its own return (on a team task that scores roles, its "
+        "role's score); team: every agent gets the team's reward (MAGRPO).",
     )
     reward_scales: dict[str, Annotated[Float, Field(ge=-1e6, le=1e6)]] = Field(
         default_factory=dict,
-        description="Per-seat reward multipliers (e.g. {agent_1: 10}): "
-        "agents with different reward scales, as in Dr. MAS.",
+        description="Per-seat reward multipliers (e.g. {agent_1: 10}): agents with different "
+        "reward scales, as in Dr. MAS.",
     )
     gamma: Float = Field(1.0, ge=0.0, le=1.0, description="Discount for turn_level credit.")
     branch: Int = Field(
         0,
         ge=0,
         le=64,
-        description="K > 0: every trained choice decision is also branched, K copies of the "
-        "game per legal action played out by the same seats, and policy_target "
-        "steps on those action values (every action valued, also the ones not "
-        "played); 0: action values from the batch's own games.",
+        description="K > 0: every trained choice decision is also branched, K copies of the game "
+        "per legal action played out by the same seats, and policy_target steps on those action "
+        "values (every action valued, also the ones not played); 0: action values from the batch's"
+        " own games.",
     )
     branch_rollout: str = Field(
         "policy",
         min_length=1,
-        description="Who plays the branched copies out: policy: the seats' own policies "
-        "(Q of the policies as they are); a bot of the game (random, heuristic, "
-        "...): that bot in every seat of every copy, so a copy costs no model "
-        "call (Q of the bot: one step of policy improvement over it).",
+        description="Who plays the branched copies out: policy: the seats' own policies (Q of the "
+        "policies as they are); a bot of the game (random, heuristic, ...): that bot in every seat"
+        " of every copy, so a copy costs no model call (Q of the bot: one step of policy "
+        "improvement over it).",
     )
-    rae_decay: Float = Field(0.95, gt=0.0, lt=1.0)
+    rae_decay: Float = Field(
+        0.95,
+        gt=0.0,
+        lt=1.0,
+        description="rae: the decay d of each role's running baseline b <- d b + (1 - d) mean "
+        "reward; lower forgets faster.",
+    )
     group_size: Int = Field(8, ge=2, le=MAX_BATCH, description="G: games per group.")
     groups_per_step: Int = Field(8, ge=1, le=MAX_BATCH, description="Groups per training step.")
-    steps: Int = Field(20, ge=1, le=MAX_STEPS)
+    steps: Int = Field(
+        20, ge=1, le=MAX_STEPS, description="Training steps of the run (`marl train --steps`)."
+    )
     max_minutes: Float | None = Field(
         None,
         gt=0,
         le=1e6,
         description="Wall-clock budget: stop (and checkpoint) after the step that crosses it.",
     )
-    lr: Float = Field(1e-4, gt=0, le=10.0)
+    lr: Float = Field(
+        1e-4, gt=0, le=10.0, description="Learning rate of the adapters' optimizer (AdamW)."
+    )
     lr_decay: Float = Field(
         0.0,
         ge=0,
         le=1000.0,
-        description="Inverse-time decay: step t uses lr / (1 + lr_decay * (t - 1)). "
-        "In self-play a constant step keeps the last iterate circling the "
-        "equilibrium; a decaying one lets it settle.",
+        description="Inverse-time decay: step t uses lr / (1 + lr_decay * (t - 1)). In self-play a"
+        " constant step keeps the last iterate circling the equilibrium; a decaying one lets it "
+        "settle.",
     )
-    clip_low: Float = Field(0.2, ge=0, le=10.0)
-    clip_high: Float = Field(0.28, ge=0, le=10.0)
+    clip_low: Float = Field(
+        0.2, ge=0, le=10.0, description="The ratio pi_theta / pi_old is clipped at 1 - clip_low."
+    )
+    clip_high: Float = Field(
+        0.28,
+        ge=0,
+        le=10.0,
+        description="... and at 1 + clip_high (above clip_low: DAPO's clip-higher, which keeps "
+        "rare good moves learnable).",
+    )
     dual_clip: Float | None = Field(
         None,
         gt=1,
         le=100.0,
-        description="Dual clip c: a negative advantage's loss is at most -c * A whatever the "
-        "ratio pi_theta / pi_old (off-policy moves, such as a league snapshot's, "
-        "can have a large one). Off by default.",
+        description="Dual clip c: a negative advantage's loss is at most -c * A whatever the ratio"
+        " pi_theta / pi_old (off-policy moves, such as a league snapshot's, can have a large one)."
+        " Off by default.",
     )
     kl: Float = Field(0.0, ge=0, le=1000.0, description="beta of the k3 KL to the base model.")
     entropy: Float = Field(0.0, ge=0, le=1000.0, description="Entropy bonus coefficient.")
@@ -280,25 +293,27 @@ class TrainConfig(StrictModel):
         1,
         ge=1,
         le=1000,
-        description="Optimizer steps per batch, each a pass over it "
-        "against the sampling-time log-probs, so the clip "
-        "bounds the later ones (PPO epochs, TRL "
-        "num_iterations).",
+        description="Optimizer steps per batch, each a pass over it against the sampling-time "
+        "log-probs, so the clip bounds the later ones (PPO epochs, TRL num_iterations).",
     )
-    max_grad_norm: Float = Field(1.0, gt=0, le=1e6)
+    max_grad_norm: Float = Field(
+        1.0, gt=0, le=1e6, description="Gradients are clipped to this global norm."
+    )
     precision: Precision = Field(
         "fp32",
-        description="Compute precision of the learner's forward and backward passes: "
-        "fp32, or bf16/fp16 autocast, or auto (bf16 where the hardware has "
-        "bf16 matrix units, else fp32) (the frozen base is stored in bf16 "
-        "when the roles' decoding.precision is bf16 too); LoRA weights and "
-        "AdamW state stay fp32 (DeepSpeed on a GPU: its bf16/fp16 mode "
-        "with fp32 master weights). fp16 needs a GPU learner "
-        "(ray.gpus_per_learner > 0).",
+        description="Compute precision of the learner's forward and backward passes: fp32, or "
+        "bf16/fp16 autocast, or auto (bf16 where the hardware has bf16 matrix units, else fp32) "
+        "(the frozen base is stored in bf16 when the roles' decoding.precision is bf16 too); LoRA "
+        "weights and AdamW state stay fp32 (DeepSpeed on a GPU: its bf16/fp16 mode with fp32 "
+        "master weights). fp16 needs a GPU learner (ray.gpus_per_learner > 0).",
     )
-    seed: Int = 0
+    seed: Int = Field(
+        0, description="Run seed: every step's deals and samples derive from (seed, step)."
+    )
     concurrency: Int = Field(64, ge=1, le=65536, description="Games played at once per worker.")
-    checkpoint_every: Int = Field(5, ge=1, le=MAX_STEPS)
+    checkpoint_every: Int = Field(
+        5, ge=1, le=MAX_STEPS, description="Write a checkpoint every k steps (and after the last)."
+    )
     max_bad_steps: Int = Field(
         3, ge=1, le=MAX_STEPS, description="Consecutive NaN/inf losses before stop."
     )
@@ -306,10 +321,14 @@ class TrainConfig(StrictModel):
         0,
         ge=0,
         le=MAX_STEPS,
-        description="Exact evaluation (exploitability) every k "
-        "steps where the game supports it; 0: off.",
+        description="Exact evaluation (exploitability) every k steps where the game supports it; "
+        "0: off.",
     )
-    loggers: list[Literal["jsonl", "wandb"]] = Field(default_factory=lambda: ["jsonl"])
+    loggers: list[Literal["jsonl", "wandb"]] = Field(
+        default_factory=lambda: ["jsonl"],
+        description="Where step metrics go: jsonl (the run's metrics.jsonl) and wandb (the wandb "
+        "extra).",
+    )
     magnet: MagnetConfig = Field(default_factory=MagnetConfig)
     policy_target: PolicyTargetConfig = Field(default_factory=PolicyTargetConfig)
     league: LeagueConfig = Field(default_factory=LeagueConfig)

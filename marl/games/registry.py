@@ -18,11 +18,14 @@ from __future__ import annotations
 import difflib
 import functools
 import importlib
+import importlib.machinery
+import importlib.util
 import inspect
 import os
 import sys
 from collections.abc import Callable, Mapping
 from importlib.metadata import EntryPoint, entry_points
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pettingzoo import AECEnv, ParallelEnv
@@ -72,10 +75,9 @@ def load_object(spec: str) -> Any:
     try:
         mod = importlib.import_module(module)
     except ModuleNotFoundError as exc:
-        if exc.name != module.split(".")[0] or os.getcwd() in sys.path:
+        if exc.name != module.split(".")[0]:
             raise
-        sys.path.append(os.getcwd())
-        mod = importlib.import_module(module)
+        mod = import_from_cwd(module, exc)
     obj: Any = mod
     for part in attr.split("."):
         try:
@@ -83,6 +85,25 @@ def load_object(spec: str) -> Any:
         except AttributeError:
             raise AttributeError(f"module {module!r} has no {attr!r}") from None
     return obj
+
+
+def import_from_cwd(module: str, missing: ModuleNotFoundError) -> ModuleType:
+    """``module`` found in the working folder, ``sys.path`` untouched: its top-level module or
+    package is loaded from there by its spec and entered in ``sys.modules``, so the package's
+    submodules import through the package's own ``__path__``.  Raises ``missing`` when the
+    working folder does not hold it either."""
+    top = module.split(".")[0]
+    spec = importlib.machinery.PathFinder.find_spec(top, [os.getcwd()])
+    if spec is None or spec.loader is None:
+        raise missing
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[top] = mod
+    try:
+        spec.loader.exec_module(mod)
+    except BaseException:
+        del sys.modules[top]
+        raise
+    return importlib.import_module(module)
 
 
 @functools.cache

@@ -31,17 +31,16 @@ from pathlib import Path
 import torch
 
 from marl import games
-from marl.agents.builder import TEXT_BACKENDS
+from marl.agents.checks import team_problems
 from marl.agents.policy import PolicyError
 from marl.agents.rollout import Episode, Turn
 from marl.config import TeamConfig
+from marl.config.schema import dotted
 from marl.games.bots import bot_names
-from marl.games.tasks import make_task, task_names
 from marl.infra.actors import ActorPoolError
 from marl.infra.layout import latest_checkpoint, sweep_orphans
 from marl.infra.seats import ParticipantId
 from marl.infra.seeds import derive_seed
-from marl.orchestrator.team import TeamError, assign_views
 from marl.train.advantages import (
     Advantages,
     RoleBaseline,
@@ -79,112 +78,19 @@ def team_agents(cfg: TeamConfig) -> list[str]:
     return [a for r in cfg.roles for a in r.instance_names()]
 
 
-def _check_team_task(cfg: TeamConfig) -> list[str]:
-    """A team-task run: a registered task, free-text roles, enough agents for its views."""
-    tc = cfg.train
-    assert tc is not None
-    if cfg.game.name not in task_names():
-        raise TrainingError(
-            f"train.rollout team needs a cooperative task; {cfg.game.name!r} is "
-            f"none of {', '.join(task_names())}"
-        )
-    for r in cfg.roles:
-        if r.backend not in TEXT_BACKENDS or r.decoding.mode != "free":
-            raise TrainingError(
-                f"role {r.name!r}: a team answers tasks in free text; use "
-                f"decoding mode free and a backend of {', '.join(TEXT_BACKENDS)}"
-            )
-    if tc.league.opponents != "self":
-        raise TrainingError("a team task has no opponents: use train.league.opponents self")
-    agents = team_agents(cfg)
-    try:
-        assign_views(make_task(cfg.game.name, 0, **cfg.game.kwargs).private_views, agents)
-    except (TeamError, TypeError, ValueError) as exc:
-        raise TrainingError(f"game {cfg.game.name!r} with {cfg.game.kwargs}: {exc}") from None
-    return agents
-
-
-def check_compatible(cfg: TeamConfig) -> None:  # noqa: C901 (to split)
-    """Fail before any compute when the team cannot play its game or has nothing to train."""
+def check_trainable(cfg: TeamConfig) -> None:
+    """Fail before any compute: a train section, what ``marl validate`` checks against the
+    game (:func:`marl.agents.checks.team_problems`; the file's own rules held when ``cfg`` was
+    built), and what this machine must have installed for it."""
     tc = cfg.train
     if tc is None:
         raise TrainingError("the config has no `train` section")
-    learns_graph = cfg.rollout_kind() == "team" and cfg.topology.learnable
-    deferring = [r.name for r in cfg.roles if r.defer is not None]
-    if deferring and cfg.rollout_kind() != "team":
-        raise TrainingError(
-            f"role {deferring[0]!r} defers to an expert, which only a team task "
-            "can do: set train.rollout team"
-        )
-    if cfg.rollout_kind() == "team":
-        seats = _check_team_task(cfg)
-    else:
-        problem = games.check_config(cfg.game)
-        if problem is not None:
-            raise TrainingError(f"game.{problem[0]}: {problem[1]}")
-        try:
-            seats = games.make_from_config(cfg.game).possible_agents
-        except (TypeError, ValueError) as exc:
-            raise TrainingError(
-                f"game.kwargs {cfg.game.kwargs} do not fit {cfg.game.name!r}: {exc}"
-            ) from None
-    n_agents = sum(r.count for r in cfg.roles)
-    if tc.league.opponents == "self" and n_agents != len(seats):
-        raise TrainingError(
-            f"game {cfg.game.name!r} has {len(seats)} seats "
-            f"({', '.join(seats)}) but the team has {n_agents} agents"
-        )
-    if tc.league.opponents == "league" and len(seats) != 2:
-        raise TrainingError("league opponents need a two-seat game")
-    if tc.policies == "frozen" and not learns_graph:
-        raise TrainingError(
-            "train.policies is frozen and no topology is learned: nothing to "
-            "train (set topology.learnable on a team task)"
-        )
-    if tc.policies == "train" and not trainable_hosts(cfg) and not learns_graph:
-        raise TrainingError("no trainable role: give a role with backend hf an `adapter`")
-    unknown = sorted(set(tc.reward_scales) - set(seats))
-    if unknown:
-        raise TrainingError(
-            f"train.reward_scales names {unknown}; the seats of "
-            f"{cfg.game.name} are {', '.join(seats)}"
-        )
-    for a in tc.league.anchors:
-        if a not in bot_names(cfg.game.name) and not Path(a).is_dir():
-            raise TrainingError(
-                f"league anchor {a!r} is neither a bot of {cfg.game.name} "
-                f"({', '.join(bot_names(cfg.game.name))}) nor a folder"
-            )
+    problems = team_problems(cfg)
+    if problems:
+        raise TrainingError("\n".join(f"{dotted(path)}: {message}" for path, message in problems))
     missing = unavailable(tc.loggers)
     if missing:
         raise TrainingError(missing)
-    if tc.magnet.alpha > 0 and tc.learner.backend == "deepspeed" and tc.learner.zero_stage == 3:
-        raise TrainingError(
-            "train.magnet needs the magnet's adapter whole on the learner: use "
-            "ZeRO stage 1 or 2, or the torch backend"
-        )
-    if tc.branch and cfg.rollout_kind() == "team":
-        raise TrainingError(
-            "train.branch copies a game mid-play: it needs a game rollout, not a team task"
-        )
-    if tc.branch_rollout not in ("policy", *bot_names(cfg.game.name)):
-        raise TrainingError(
-            f"train.branch_rollout {tc.branch_rollout!r} is neither policy nor "
-            f"a bot of {cfg.game.name} ({', '.join(bot_names(cfg.game.name))})"
-        )
-    if tc.policy_target.eta > 0:
-        trained = {r for roles in trainable_hosts(cfg).values() for r in roles}
-        free = [r.name for r in cfg.roles if r.name in trained and r.decoding.mode != "choice"]
-        if free:
-            raise TrainingError(
-                f"train.policy_target fits distributions over the legal "
-                f"actions: roles {free} need decoding.mode: choice"
-            )
-        if tc.policy_target.solver == "gauss_newton" and tc.learner.backend != "torch":
-            raise TrainingError(
-                "train.policy_target.solver gauss_newton steps the adapters' "
-                "own tensors: use train.learner.backend torch"
-            )
     if tc.learner.backend == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
         raise TrainingError(
             "train.learner.backend is deepspeed but DeepSpeed is not installed: "
@@ -196,7 +102,7 @@ class Trainer:
     def __init__(
         self, cfg: TeamConfig, run: Path, resume: bool = False, runtime: Runtime | None = None
     ) -> None:
-        check_compatible(cfg)
+        check_trainable(cfg)
         self.cfg, self.tc = cfg, cfg.train
         assert self.tc is not None
         self.run_dir = run

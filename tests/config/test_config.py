@@ -55,6 +55,12 @@ def edit(old: str, new: str, text: str = BASE) -> str:
     return text.replace(old, new, 1)
 
 
+#: BASE with something for a train section to train: role a has an adapter (one line more).
+TRAINED = edit(
+    "    model: tiny-random\n  - name: b", "    model: tiny-random\n    adapter: {}\n  - name: b"
+)
+
+
 # --- valid files and defaults ---
 
 
@@ -476,13 +482,21 @@ def test_a_later_section_plugs_in(tmp_path: Path) -> None:
 
 def test_train_section_is_validated_in_place(tmp_path: Path) -> None:
     f = str(tmp_path / "team.yaml")
-    cfg = load_config(write(tmp_path, BASE + "train:\n  steps: 3\n  league: {anchors: [random]}\n"))
+    cfg = load_config(
+        write(tmp_path, TRAINED + "train:\n  steps: 3\n  league: {anchors: [random]}\n")
+    )
     assert cfg.train is not None and cfg.train.steps == 3
     assert cfg.train.league.anchors == ["random"]
-    assert problems(tmp_path, BASE + "train:\n  group_size: 1\n  advantge: global\n") == [
-        f"{f}:13:15: train.group_size: input should be greater than or equal to 2, got 1",
-        f"{f}:14:3: train.advantge: unknown key 'advantge'; did you mean 'advantage'?",
+    assert problems(tmp_path, TRAINED + "train:\n  group_size: 1\n  advantge: global\n") == [
+        f"{f}:14:15: train.group_size: input should be greater than or equal to 2, got 1",
+        f"{f}:15:3: train.advantge: unknown key 'advantge'; did you mean 'advantage'?",
     ]
+
+
+def test_removed_settings_are_unknown_keys(tmp_path: Path) -> None:
+    f = str(tmp_path / "team.yaml")
+    (out,) = problems(tmp_path, TRAINED + "train:\n  algorithm: grpo\n")
+    assert out.startswith(f"{f}:14:3: train.algorithm: unknown key 'algorithm'; allowed keys: ")
 
 
 # --- the CLI ---
@@ -531,6 +545,19 @@ def test_cli_checks_game_names_against_the_registry(tmp_path: Path) -> None:
     ]
 
 
+def test_configuration_md_is_current(tmp_path: Path) -> None:
+    out = tmp_path / "configuration.md"
+    result = CliRunner().invoke(app, ["schema", "--markdown", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    committed = (REPO / "docs" / "configuration.md").read_text(encoding="utf-8")
+    assert out.read_text(encoding="utf-8") == committed, (
+        "docs/configuration.md is stale: run `marl schema --markdown --out docs/configuration.md`"
+    )
+    for key in ("`train.league.anchors`", "`roles[].decoding.mode`", "`topology.learning.lr`"):
+        assert f"| {key} |" in committed
+    assert "| `train.algorithm` |" not in committed  # a setting nothing read
+
+
 def test_schema_json_is_current(tmp_path: Path) -> None:
     out = tmp_path / "schema.json"
     result = CliRunner().invoke(app, ["schema", "--out", str(out)])
@@ -575,7 +602,7 @@ def test_with_game_resets_the_game_arguments() -> None:
 
 
 def test_train_overrides_are_validated_copies() -> None:
-    cfg = load_config_text(BASE + "train:\n  steps: 3\n  ray: {enabled: false}\n")
+    cfg = load_config_text(TRAINED + "train:\n  steps: 3\n  ray: {enabled: false}\n")
     tc = cfg.train
     assert tc is not None
     assert tc.with_overrides() == tc
@@ -712,7 +739,7 @@ def test_lora_rank_and_bootstrap_are_bounded(tmp_path: Path) -> None:
 
 
 def test_exponent_floats_read_as_numbers(tmp_path: Path) -> None:
-    cfg = load_config(write(tmp_path, BASE + "train: {lr: 3e-4}\n"))
+    cfg = load_config(write(tmp_path, TRAINED + "train: {lr: 3e-4}\n"))
     assert cfg.train is not None and cfg.train.lr == 3e-4
 
 
@@ -742,7 +769,7 @@ def test_validate_checks_game_kwargs_and_seats(tmp_path: Path) -> None:
     seats = write(tmp_path, edit("  - name: b", "    count: 2\n  - name: b"), "seats.yaml")
     selfplay = write(
         tmp_path,
-        BASE.replace(
+        TRAINED.replace(
             "  - name: b\n    model: tiny-random\n    decoding:\n      temperature: 0.5\n", ""
         )
         + "train: {}\n",
@@ -756,7 +783,7 @@ def test_validate_checks_game_kwargs_and_seats(tmp_path: Path) -> None:
     assert out[1].startswith(f"{bad}:12:11: game.kwargs: nim refuses these arguments: piles")
     assert out[2] == f"{seats}:4:3: roles: the team has 3 agents but kuhn_poker has 2 seats"
     assert out[3] == (
-        f"{selfplay}:8:8: train: self-play puts the team in all 2 seats of "
+        f"{selfplay}:9:8: train: self-play puts the team in all 2 seats of "
         "kuhn_poker but it has 1 agents; add agents or set "
         "train.league.opponents: league"
     )
@@ -766,7 +793,7 @@ def test_fewer_agents_than_seats_is_fine_against_opponents(tmp_path: Path) -> No
     vs = REPO / "configs" / "tictactoe_vs_random_tiny.yaml"
     one = write(
         tmp_path,
-        BASE.replace(
+        TRAINED.replace(
             "  - name: b\n    model: tiny-random\n    decoding:\n      temperature: 0.5\n", ""
         ),
         "one.yaml",
@@ -792,3 +819,28 @@ def test_check_kwargs_follows_kwargs_to_the_base_class() -> None:
     assert games.check_kwargs("split_arithmetic", {"n_agent": 3}) == (
         "game 'split_arithmetic' takes no argument 'n_agent'; did you mean 'n_agents'?"
     )
+
+
+def test_training_rules_are_the_files_own(tmp_path: Path) -> None:
+    """What needs only the file is reported where it is, before anything is built."""
+    f = str(tmp_path / "team.yaml")
+    assert problems(tmp_path, BASE + "train: {steps: 1}\n") == [
+        f"{f}:4:3: roles: no trainable role: give a role with backend hf an `adapter`"
+    ]
+    zero3 = "train:\n  learner: {backend: deepspeed, zero_stage: 3}\n  magnet: {alpha: 1.0}\n"
+    assert problems(tmp_path, TRAINED + zero3) == [
+        f"{f}:15:19: train.magnet.alpha: train.magnet needs the magnet's adapter whole on the "
+        "learner: use ZeRO stage 1 or 2, or the torch backend"
+    ]
+
+
+def test_validate_checks_the_train_section_against_the_game(tmp_path: Path) -> None:
+    f = write(
+        tmp_path, TRAINED + "train:\n  reward_scales: {nobody: 2}\n  league: {anchors: [x]}\n"
+    )
+    assert validate_cli(f) == [
+        f"{f}:14:18: train.reward_scales: train.reward_scales names ['nobody']; the seats of "
+        "kuhn_poker are player_0, player_1",
+        f"{f}:15:22: train.league.anchors.0: league anchor 'x' is neither a bot of kuhn_poker "
+        "(heuristic, optimal, random) nor a folder",
+    ]

@@ -103,7 +103,7 @@ def test_validate_reports_seats_that_do_not_fit(tmp_path: Path) -> None:
     text = TEAM.format(entry_point="pz_games:closest_number", kwargs="{}")
     path.write_text(text.replace("count: 2", "count: 3"))
     with pytest.raises(ConfigError, match="3 agents but pz_games:closest_number has 2 seats"):
-        from marl.cli.common import team_problems
+        from marl.agents.checks import team_problems
 
         load_config(path, TeamConfig, checks=[team_problems])
 

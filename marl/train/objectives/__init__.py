@@ -38,5 +38,6 @@ def register_objective(name: str) -> Callable[[type[Objective]], type[Objective]
 
 
 def objective_name(cfg: TrainConfig) -> str:
-    """``policy_target`` when ``train.policy_target.eta > 0``, else ``train.algorithm``."""
-    return "policy_target" if cfg.policy_target.eta > 0 else cfg.algorithm
+    """``policy_target`` when ``train.policy_target.eta > 0`` (the update fits MMD's targets),
+    else ``grpo``."""
+    return "policy_target" if cfg.policy_target.eta > 0 else "grpo"
