@@ -32,18 +32,6 @@ ALLOWED = {
     "cli": {"config", "infra", "games", "topologies", "agents", "orchestrator", "train"},
 }
 
-#: Imports against the layers still to be moved (file: module); the list only gets shorter.
-UPWARD: set[tuple[str, str]] = set()
-
-#: Files that still edit ``sys.path`` or reach private names; the list only gets shorter.
-UNTIDY: set[str] = {
-    "marl/cli/games.py",
-}  # fmt: skip
-
-#: Library places still over the size limits, each to be split (name: lines when listed).
-#: A place that shrinks under the limit must leave this list, so it only ever gets shorter.
-OVERSIZED: dict[str, int] = {}
-
 
 def _modules(root: Path) -> list[tuple[Path, ast.Module]]:
     return [(p, ast.parse(p.read_text(), str(p))) for p in sorted(root.rglob("*.py"))]
@@ -67,7 +55,7 @@ def _imported(tree: ast.Module) -> list[tuple[int, str, list[str]]]:
 
 
 def test_imports_go_downward_only():
-    wrong, seen = [], set()
+    wrong = []
     for path, tree in _modules(LIBRARY):
         own = _package(path)
         if not own:
@@ -81,12 +69,8 @@ def test_imports_go_downward_only():
                 allowed = ALLOWED[own]
                 if parts[0] in allowed or ".".join(parts[:2]) in allowed:
                     continue
-                key = (str(path.relative_to(REPO)), target)
-                seen.add(key)
-                if key not in UPWARD:
-                    wrong.append(f"{key[0]}:{line}: {own} imports {target}")
+                wrong.append(f"{path.relative_to(REPO)}:{line}: {own} imports {target}")
     assert not wrong, "\n".join(wrong)
-    assert not UPWARD - seen, f"fixed, take them off UPWARD: {sorted(UPWARD - seen)}"
 
 
 def _untidy(path: Path, tree: ast.Module) -> list[str]:
@@ -113,17 +97,12 @@ def _untidy(path: Path, tree: ast.Module) -> list[str]:
 
 
 def test_no_sys_path_edits_or_private_access_outside_tests():
-    wrong, seen = [], set()
+    wrong = []
     for root in (LIBRARY, REPO / "scripts"):
         for path, tree in _modules(root):
-            rel = str(path.relative_to(REPO))
-            found = _untidy(path, tree)
-            if found:
-                seen.add(rel)
-            if found and rel not in UNTIDY:
-                wrong.extend(f"{rel}:{f}" for f in found)
+            rel = path.relative_to(REPO)
+            wrong.extend(f"{rel}:{f}" for f in _untidy(path, tree))
     assert not wrong, "\n".join(wrong)
-    assert not UNTIDY - seen, f"now tidy, take them off UNTIDY: {sorted(UNTIDY - seen)}"
 
 
 def _sizes() -> dict[str, int]:
@@ -145,10 +124,9 @@ def _sizes() -> dict[str, int]:
 
 def test_classes_and_functions_stay_small():
     over = _sizes()
-    new = {k: v for k, v in over.items() if k not in OVERSIZED}
-    assert not new, f"over {MAX_CLASS_LINES} (class) / {MAX_FUNCTION_LINES} (function) lines: {new}"
-    fixed = sorted(set(OVERSIZED) - set(over))
-    assert not fixed, f"now within the limits, take them off OVERSIZED: {fixed}"
+    assert not over, (
+        f"over {MAX_CLASS_LINES} (class) / {MAX_FUNCTION_LINES} (function) lines: {over}"
+    )
 
 
 def _ruff(*args: str) -> subprocess.CompletedProcess:

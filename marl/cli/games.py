@@ -61,13 +61,13 @@ def games_list_cmd(
     from marl import games
     from marl.config import GameConfig
     from marl.games import textarena
-    from marl.games.registry import _plugins
+    from marl.games.registry import installed_plugins
     from marl.games.tasks import task_names
 
     table = Table(title="marl-teams games")
     for column in ("name", "source", "seats", "kind", "kwargs (defaults)", "exact eval"):
         table.add_column(column, overflow="fold")
-    plugins = _plugins()
+    plugins = installed_plugins()
     for name in games.names():
         source = f"plugin {plugins[name].value}" if name in plugins else "registry"
         table.add_row(*_row(GameConfig(name=name), source))

@@ -241,7 +241,6 @@ TEAM_RULES: tuple[Rule, ...] = (
     share_cycles,
     defer_needs_team_task,
     team_task_roles,
-    something_to_train,
     learner_fits,
     branch_needs_game,
     targets_need_choice,

@@ -107,7 +107,7 @@ def import_from_cwd(module: str, missing: ModuleNotFoundError) -> ModuleType:
 
 
 @functools.cache
-def _plugins() -> dict[str, EntryPoint]:
+def installed_plugins() -> dict[str, EntryPoint]:
     """The games installed packages declare in :data:`ENTRY_POINT_GROUP` (not yet imported)."""
     return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
 
@@ -126,13 +126,13 @@ def text_factory(factory: Callable[..., Any], name: str) -> Callable[..., AECEnv
 
 
 def _load_plugin(name: str) -> None:
-    if name not in _GAMES and name in _plugins():
-        _GAMES[name] = text_factory(_plugins()[name].load(), name)
+    if name not in _GAMES and name in installed_plugins():
+        _GAMES[name] = text_factory(installed_plugins()[name].load(), name)
 
 
 def names() -> list[str]:
     """The registered games and the installed packages' plugin games."""
-    return sorted(set(_GAMES) | set(_plugins()))
+    return sorted(set(_GAMES) | set(installed_plugins()))
 
 
 def check_name(name: str, *, tasks: bool = False) -> str | None:

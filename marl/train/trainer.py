@@ -35,6 +35,7 @@ from marl.agents.checks import team_problems
 from marl.agents.policy import PolicyError
 from marl.agents.rollout import Episode, Turn
 from marl.config import TeamConfig
+from marl.config.rules import something_to_train
 from marl.config.schema import dotted
 from marl.games.bots import bot_names
 from marl.infra.actors import ActorPoolError
@@ -79,13 +80,14 @@ def team_agents(cfg: TeamConfig) -> list[str]:
 
 
 def check_trainable(cfg: TeamConfig) -> None:
-    """Fail before any compute: a train section, what ``marl validate`` checks against the
+    """Fail before any compute: a train section with something to train (a file that trains
+    nothing is still a team to run, as an export is), what ``marl validate`` checks against the
     game (:func:`marl.agents.checks.team_problems`; the file's own rules held when ``cfg`` was
     built), and what this machine must have installed for it."""
     tc = cfg.train
     if tc is None:
         raise TrainingError("the config has no `train` section")
-    problems = team_problems(cfg)
+    problems = something_to_train(cfg) + team_problems(cfg)
     if problems:
         raise TrainingError("\n".join(f"{dotted(path)}: {message}" for path, message in problems))
     missing = unavailable(tc.loggers)

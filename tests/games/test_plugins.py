@@ -110,7 +110,7 @@ def test_validate_reports_seats_that_do_not_fit(tmp_path: Path) -> None:
 
 def test_an_entry_point_group_registers_games_lazily(monkeypatch) -> None:
     ep = EntryPoint("closest", "pz_games:closest_number", registry.ENTRY_POINT_GROUP)
-    monkeypatch.setattr(registry, "_plugins", lambda: {"closest": ep})
+    monkeypatch.setattr(registry, "installed_plugins", lambda: {"closest": ep})
     monkeypatch.setattr(registry, "_GAMES", dict(registry._GAMES))
     assert "closest" in games.names() and "closest" not in registry._GAMES  # not imported
     assert games.check_config(GameConfig(name="closest", kwargs={"target": 1})) is None

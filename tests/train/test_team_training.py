@@ -166,15 +166,14 @@ def test_team_runs_check_their_config(tmp_path: Path) -> None:
             load_config_text(base.replace("{name: text_parity}", "{name: kuhn_poker}")),
             tmp_path / "run",
         )
+    frozen = (
+        base.replace("learnable: true, ", "").replace(", learning: {lr: 0.5, cost_weight: 0.1}", "")
+        + "  rollout: team\n  policies: frozen\n"
+    )
+    with pytest.raises(TrainingError, match="nothing to train"):
+        Trainer(load_config_text(frozen), tmp_path / "frozen")
     cases = [
         (base.replace("mode: free", "mode: choice", 1), "free text"),
-        (
-            base.replace("learnable: true, ", "").replace(
-                ", learning: {lr: 0.5, cost_weight: 0.1}", ""
-            )
-            + "  rollout: team\n  policies: frozen\n",
-            "nothing to train",
-        ),
         (base + "  league: {opponents: league}\n", "no opponents"),
     ]
     for text, message in cases:  # the file's own rules: validate reports them, none loads

@@ -85,6 +85,9 @@ def test_mismatched_game_fails_before_any_compute(tmp_path: Path) -> None:
     cfg = load_config_text(team("kuhn_poker", LEARN + "  league: {anchors: [nobody]}\n", 2))
     with pytest.raises(TrainingError, match="anchor 'nobody'"):
         Trainer(cfg, tmp_path / "run")
+    frozen = team("kuhn_poker", LEARN).replace("    adapter: {r: 4, alpha: 8}\n", "")
+    with pytest.raises(TrainingError, match="no trainable role"):
+        Trainer(load_config_text(frozen), tmp_path / "run")
 
 
 @games.register("guess_nan")
