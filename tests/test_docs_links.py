@@ -58,3 +58,10 @@ def test_relative_links_and_anchors_resolve(doc: Path) -> None:
         if not dest.exists() or (dest.suffix == ".md" and anchor not in anchors(dest) | {""}):
             broken.append(target)
     assert not broken, f"{doc.relative_to(REPO)}: {broken}"
+
+
+def test_the_recipe_index_lists_every_recipe() -> None:
+    index = (REPO / "configs" / "README.md").read_text()
+    listed = set(re.findall(r"\]\(([\w.-]+\.yaml)\)", index))
+    shipped = {p.name for p in (REPO / "configs").glob("*.yaml")}
+    assert listed == shipped, f"unlisted: {shipped - listed}; gone: {listed - shipped}"

@@ -265,7 +265,7 @@ def _check_buildable(
             f"runs language models ({', '.join(TEXT_BACKENDS)}); use one of them "
             "or pass policies={role: policy}"
         )
-    if trained and (role.backend not in LOCAL_BACKENDS or role.adapter is None):
+    if trained and not role.trainable:
         raise RosterError(
             f"role {role.name!r}: trained adapters load into hf or vllm roles "
             "with an adapter section"

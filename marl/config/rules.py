@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from marl.config.schema import LOCAL_BACKENDS, TEXT_BACKENDS, PathProblem, TeamConfig
+from marl.config.schema import TEXT_BACKENDS, PathProblem, TeamConfig
 
 Rule = Callable[[TeamConfig], list[PathProblem]]
 
@@ -159,7 +159,7 @@ def team_task_roles(cfg: TeamConfig) -> list[PathProblem]:
 
 def trained_roles(cfg: TeamConfig) -> list[str]:
     """The roles a run trains: an adapter on a model decoded here."""
-    return [r.name for r in cfg.roles if r.adapter is not None and r.backend in LOCAL_BACKENDS]
+    return [r.name for r in cfg.roles if r.trainable]
 
 
 def something_to_train(cfg: TeamConfig) -> list[PathProblem]:

@@ -260,6 +260,11 @@ class RoleConfig(StrictModel):
             return [self.name]
         return [f"{self.name}_{i}" for i in range(self.count)]
 
+    @property
+    def trainable(self) -> bool:
+        """A run trains this role: it has an adapter on a model decoded here."""
+        return self.adapter is not None and self.backend in LOCAL_BACKENDS
+
     @field_validator("system_prompt")
     @classmethod
     def _system_prompt_placeholders(cls, v: str) -> str:

@@ -27,7 +27,6 @@ import torch
 from marl.agents.builder import Roster, build_roster, host_key
 from marl.agents.rollout import Episode
 from marl.config import TeamConfig
-from marl.config.schema import LOCAL_BACKENDS
 from marl.infra.actors import ActorPool, start_ray
 from marl.infra.seats import ParticipantId
 from marl.train.league import Weights
@@ -75,7 +74,7 @@ def trainable_hosts(cfg: TeamConfig) -> dict[str, list[str]]:
     """Base-model key -> the trainable roles (adapters) on it: one learner per key."""
     out: dict[str, list[str]] = defaultdict(list)
     for r in cfg.roles:
-        if r.adapter is not None and r.backend in LOCAL_BACKENDS:
+        if r.trainable:
             out[host_key(cfg, r)].append(r.name)
     return dict(out)
 
