@@ -246,8 +246,6 @@ class TextGame(AECEnv):
             if not self.terminations[agent]:
                 self.agent_selection = self._next_agent(agent)
         self._accumulate_rewards()
-        if self.render_mode == "ansi":
-            self.render()
 
     def _is_legal(self, agent: str, action: Any) -> bool:
         # Arbitrary caller objects may raise anything from __int__/__eq__: all are illegal moves.
@@ -282,10 +280,9 @@ class TextGame(AECEnv):
             self.terminations[a] = True
 
     def render(self) -> str:
-        text = self._describe(self.agent_selection) if self.agents else "game over"
-        if self.render_mode == "ansi":
-            print(text)
-        return text
+        """The ``ansi`` render: the text the player to move sees (returned, as Gymnasium's
+        ``ansi`` mode asks; the caller prints it)."""
+        return self._describe(self.agent_selection) if self.agents else "game over"
 
     def close(self) -> None:
         pass
