@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Annotated
 
 import typer
@@ -33,9 +34,8 @@ def train_cmd(
 
     from marl.agents.models import ModelError
     from marl.infra.actors import RayStartError
-    from marl.infra.layout import LayoutError, checkpoint_dir
-    from marl.train.progress import TrainProgress
-    from marl.train.trainer import Trainer, TrainingError
+    from marl.infra.layout import LayoutError, has_history, run_lock
+    from marl.train.trainer import TrainingError
 
     cfg = load_team(config)
     if cfg.train is None:
@@ -43,32 +43,47 @@ def train_cmd(
     cfg = cfg.replace(
         train=cfg.train.with_overrides(steps=steps, max_minutes=max_minutes, address=address)
     )
-    if not resume and (Path(out) / "latest").is_file():
+    if not resume and has_history(Path(out)):
         fail(f"{out} already holds a run: add --resume to continue it, or choose another --out")
     console = Console()
     try:
-        with writing(out), console.status("Starting the trainer (models, workers)..."):
-            trainer = Trainer(cfg, Path(out), resume=resume)
-        if resume:
-            console.print(
-                f"resumed from step {trainer.step} ({checkpoint_dir(Path(out), trainer.step)})"
-                if trainer.step
-                else f"nothing to resume in {out}: starting at step 0",
-                markup=False,
-            )
-        with (
-            writing(out),
-            TrainProgress(
-                console, cfg.train.steps, start=trainer.step, max_minutes=cfg.train.max_minutes
-            ) as bar,
-        ):
-            trainer.fit(on_step=bar.update)
+        with contextlib.ExitStack() as held:
+            with writing(out):
+                held.enter_context(run_lock(Path(out)))  # one trainer per run folder
+            trainer = _train(cfg, out, resume, console)
     except (TrainingError, ModelError, LayoutError, RayStartError, FileNotFoundError) as exc:
         fail(str(exc))
     console.print(
         f"done: {trainer.step} steps; metrics {Path(out) / 'metrics.jsonl'}, "
         f"checkpoints {Path(out) / 'checkpoints'}"
     )
+
+
+def _train(cfg, out: str, resume: bool, console):
+    """Build the trainer (resuming where asked) and fit it with a progress bar."""
+    from pathlib import Path
+
+    from marl.infra.layout import checkpoint_dir
+    from marl.train.progress import TrainProgress
+    from marl.train.trainer import Trainer
+
+    with writing(out), console.status("Starting the trainer (models, workers)..."):
+        trainer = Trainer(cfg, Path(out), resume=resume)
+    if resume:
+        console.print(
+            f"resumed from step {trainer.step} ({checkpoint_dir(Path(out), trainer.step)})"
+            if trainer.step
+            else f"nothing to resume in {out}: starting at step 0",
+            markup=False,
+        )
+    with (
+        writing(out),
+        TrainProgress(
+            console, cfg.train.steps, start=trainer.step, max_minutes=cfg.train.max_minutes
+        ) as bar,
+    ):
+        trainer.fit(on_step=bar.update)
+    return trainer
 
 
 def plot_cmd(

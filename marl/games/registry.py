@@ -72,6 +72,11 @@ def load_object(spec: str) -> Any:
     module, sep, attr = spec.partition(":")
     if not sep or not module or not attr:
         raise ValueError(f"{spec!r} is not of the form 'pkg.module:factory'")
+    if module.split(".")[0] in sys.stdlib_module_names:
+        raise ValueError(
+            f"{spec!r} names Python's standard library, not a game factory: name a factory "
+            "of a package you installed or of a module beside the team file"
+        )
     try:
         mod = importlib.import_module(module)
     except ModuleNotFoundError as exc:
@@ -84,6 +89,11 @@ def load_object(spec: str) -> Any:
             obj = getattr(obj, part)
         except AttributeError:
             raise AttributeError(f"module {module!r} has no {attr!r}") from None
+    if not (inspect.isclass(obj) or inspect.isfunction(obj)):
+        raise ValueError(
+            f"{spec!r} is a {type(obj).__name__}, not a game factory (a class or a function "
+            "written in Python); nothing was called"
+        )
     return obj
 
 

@@ -19,7 +19,11 @@ outside the run.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -36,6 +40,7 @@ ADAPTERS = "adapters"
 TOPOLOGY_FILE = "topology.safetensors"
 LEAGUE = "league"
 POPULATION_FILE = "population.json"
+LOCK_FILE = ".lock"
 _STEP_NAME = re.compile(r"step_[0-9]{6,}")
 
 
@@ -84,6 +89,63 @@ def latest_checkpoint(run: Path, name: str = LATEST) -> Path | None:
     """The checkpoint ``RUN/<name>`` names, if it is complete (its state is written last)."""
     path = pointed(run, name)
     return path if path is not None and (path / STATE_FILE).is_file() else None
+
+
+def has_history(run: Path) -> bool:
+    """Whether ``run`` holds a run's record: a ``latest`` pointer (of any kind), a checkpoint
+    or a metrics log."""
+    checkpoints = run / CHECKPOINTS
+    return (
+        (run / LATEST).exists()
+        or (run / METRICS).exists()
+        or (
+            checkpoints.is_dir()
+            and any(_STEP_NAME.fullmatch(p.name) for p in checkpoints.iterdir())
+        )
+    )
+
+
+def resume_point(run: Path) -> Path | None:
+    """The complete checkpoint a resume of ``run`` continues from; None for a folder with no
+    history (a fresh start).  A history whose ``latest`` is missing, dangling or incomplete is
+    refused, never restarted over: that would rewrite its metrics and checkpoints."""
+    if not has_history(run):
+        return None
+    pointer = run / LATEST
+    if not pointer.is_file():
+        why = "is not a pointer file" if pointer.exists() else "is missing"
+        raise LayoutError(
+            f"{pointer} {why} but {run} holds a run: nothing was changed; write the name of "
+            f"a complete checkpoint (a {run / CHECKPOINTS}/step_NNNNNN with {STATE_FILE}) "
+            "into it to continue from there, or train into another --out"
+        )
+    path = latest_checkpoint(run)
+    if path is None:
+        raise LayoutError(
+            f"{pointer} names {_named(pointer)}, which is missing or incomplete (no "
+            f"{STATE_FILE}): nothing was changed; point it at a complete checkpoint to "
+            "continue from there, or train into another --out"
+        )
+    return path
+
+
+@contextlib.contextmanager
+def run_lock(run: Path) -> Iterator[None]:
+    """Hold ``RUN/.lock`` while one process writes ``run``: a second writer is refused at
+    once; a writer that dies releases it (the system drops the lock with the process)."""
+    run.mkdir(parents=True, exist_ok=True)
+    fd = os.open(run / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise LayoutError(
+                f"{run} is being written by another process (it holds {run / LOCK_FILE}): "
+                "wait for it to end, or train into another --out"
+            ) from None
+        yield
+    finally:
+        os.close(fd)
 
 
 def sweep_orphans(run: Path) -> None:

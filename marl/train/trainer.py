@@ -39,7 +39,7 @@ from marl.config.rules import something_to_train
 from marl.config.schema import dotted
 from marl.games.bots import bot_names
 from marl.infra.actors import ActorPoolError
-from marl.infra.layout import latest_checkpoint, sweep_orphans
+from marl.infra.layout import resume_point, sweep_orphans
 from marl.infra.seats import ParticipantId
 from marl.infra.seeds import derive_seed
 from marl.train.advantages import (
@@ -105,6 +105,7 @@ class Trainer:
         self, cfg: TeamConfig, run: Path, resume: bool = False, runtime: Runtime | None = None
     ) -> None:
         check_trainable(cfg)
+        ckpt = resume_point(run) if resume else None  # before anything is written
         self.cfg, self.tc = cfg, cfg.train
         assert self.tc is not None
         self.run_dir = run
@@ -144,7 +145,6 @@ class Trainer:
         self.step_metrics = StepMetrics(
             self.trainable_roles, self.tc.branch, self.defers, self.magnet is not None
         )
-        ckpt = latest_checkpoint(run) if resume else None
         if ckpt is not None:
             self._restore(ckpt)
 

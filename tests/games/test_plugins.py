@@ -88,6 +88,26 @@ def test_check_config_names_the_problem_field() -> None:
     assert field == "kwargs" and "did you mean 'target'?" in msg
 
 
+def test_a_team_file_never_calls_what_is_not_a_game_factory(tmp_path: Path) -> None:
+    """``os:system`` and the like are refused before any call: validate reports the field,
+    and the command they were given never runs."""
+    marker = tmp_path / "ran"
+    for spec, says in [
+        ("os:system", "standard library"),
+        ("subprocess:run", "standard library"),
+        ("builtins:exec", "standard library"),
+        ("pz_games:np.random", "not a game factory"),  # a module: not a class or function
+    ]:
+        path = tmp_path / "team.yaml"
+        kwargs = f'{{command: "touch {marker}"}}'
+        path.write_text(TEAM.format(entry_point=spec, kwargs=kwargs))
+        done = marl("validate", str(path), cwd=tmp_path)
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert "game.entry_point" in done.stdout and says in done.stdout, done.stdout
+        assert "Traceback" not in done.stdout + done.stderr
+        assert not marker.exists()
+
+
 def test_the_schema_labels_entry_points_and_refuses_two_routes() -> None:
     game = GameConfig(entry_point="pz_games:pennies")
     assert game.name == "pz_games:pennies"
