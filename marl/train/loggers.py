@@ -29,7 +29,7 @@ import numpy as np
 
 from marl.config import TeamConfig
 from marl.infra.jsonl import complete_lines
-from marl.infra.layout import METRICS
+from marl.infra.layout import METRICS, LayoutError
 
 
 class MetricsLogger(Protocol):
@@ -47,6 +47,21 @@ def jsonable(x):
     raise TypeError(f"not JSON-able: {type(x)}")
 
 
+def line_step(path: Path, number: int, line: str) -> int:
+    """The step of line ``number`` of a metrics log, or a located error that changes nothing
+    (a damaged line in the middle is not a torn write, so it is not cut)."""
+    try:
+        step = json.loads(line)["step"]
+        if isinstance(step, int):
+            return step
+        why = f"its step is {step!r}"
+    except (ValueError, KeyError, TypeError) as exc:
+        why = f"not a metrics line ({type(exc).__name__})"
+    raise LayoutError(
+        f"{path}:{number}: {why}; nothing was changed: repair or remove that line to resume"
+    )
+
+
 class JsonlLogger:
     def __init__(
         self, run_dir: Path, cfg: TeamConfig, start_step: int, last: dict | None = None
@@ -56,11 +71,12 @@ class JsonlLogger:
         even a step-0 line (the untrained policy's evaluation) is logged again."""
         self.path = run_dir / METRICS
         lines = complete_lines(self.path)[0] if start_step > 0 else []  # a torn line is cut
-        keep = [ln for ln in lines if ln.strip() and json.loads(ln)["step"] <= start_step]
+        steps = [(ln, line_step(self.path, i, ln)) for i, ln in enumerate(lines, 1) if ln.strip()]
+        keep = [ln for ln, step in steps if step <= start_step]
         if (
             last is not None
             and last["step"] == start_step
-            and not any(json.loads(ln)["step"] == start_step for ln in keep)
+            and not any(step == start_step for _, step in steps)
         ):
             keep.append(json.dumps(last, default=jsonable))
         self.path.write_text("".join(ln + "\n" for ln in keep))

@@ -105,3 +105,18 @@ def test_one_trainer_per_run_folder(team, tmp_path: Path) -> None:
             pass
     with run_lock(run):  # released with its holder
         pass
+
+
+def test_a_damaged_metrics_line_stops_the_resume_and_changes_nothing(team, tmp_path) -> None:
+    run = tmp_path / "run"
+    done = train(str(team), "--out", str(run), "--steps", "2")
+    assert done.exit_code == 0, done.output
+    lines = (run / METRICS).read_text().splitlines()
+    lines[1] = '{"step": 1, "reward'  # a damaged line in the middle, not a torn last one
+    (run / METRICS).write_text("\n".join(lines) + "\n")
+    before = snapshot(run)
+    done = train(str(team), "--out", str(run), "--resume", "--steps", "3")
+    assert done.exit_code == 2, done.output
+    assert f"{run / METRICS}:2: not a metrics line" in done.output.replace("\n", "")
+    assert "Traceback" not in done.output
+    assert snapshot(run) == before
