@@ -104,20 +104,23 @@ def _hf(role: RoleConfig, ctx: BuildContext) -> Policy:
     return hf_role_policy(*_host(role, ctx), role, ctx.seed)
 
 
-def hf_role_policy(host: ModelHost, adapter: str | None, role: RoleConfig, seed: int) -> HFPolicy:
+def decoding_kwargs(role: RoleConfig) -> dict:
+    """The role's decoding settings as the local policies (hf, vllm) take them."""
     dec = role.decoding
+    return {
+        "mode": dec.mode,
+        "temperature": dec.temperature,
+        "max_new_tokens": dec.max_new_tokens,
+        "top_p": dec.top_p,
+        "max_prompt_tokens": dec.max_prompt_tokens,
+        "think_tokens": dec.think_tokens,
+        "think_prompt": dec.think_prompt,
+    }
+
+
+def hf_role_policy(host: ModelHost, adapter: str | None, role: RoleConfig, seed: int) -> HFPolicy:
     return HFPolicy(
-        host,
-        adapter,
-        mode=dec.mode,
-        temperature=dec.temperature,
-        max_new_tokens=dec.max_new_tokens,
-        top_p=dec.top_p,
-        max_prompt_tokens=dec.max_prompt_tokens,
-        precision=dec.precision,
-        seed=seed,
-        think_tokens=dec.think_tokens,
-        think_prompt=dec.think_prompt,
+        host, adapter, precision=role.decoding.precision, seed=seed, **decoding_kwargs(role)
     )
 
 
@@ -164,20 +167,13 @@ def _vllm(role: RoleConfig, ctx: BuildContext) -> Policy:
             precision=role.decoding.precision,
             weight_sync="merge" if scores else None,
         )
-    dec = role.decoding
     return make_policy(
         "vllm",
         engine=ctx.hosts[key],
         host=host,
         adapter=adapter,
-        mode=dec.mode,
-        temperature=dec.temperature,
-        max_new_tokens=dec.max_new_tokens,
-        top_p=dec.top_p,
-        max_prompt_tokens=dec.max_prompt_tokens,
         seed=ctx.seed,
-        think_tokens=dec.think_tokens,
-        think_prompt=dec.think_prompt,
+        **decoding_kwargs(role),
     )
 
 

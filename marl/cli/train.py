@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 from typing import Annotated
 
 import typer
@@ -47,9 +46,7 @@ def train_cmd(
         fail(f"{out} already holds a run: add --resume to continue it, or choose another --out")
     console = Console()
     try:
-        with contextlib.ExitStack() as held:
-            with writing(out):
-                held.enter_context(run_lock(Path(out)))  # one trainer per run folder
+        with writing(out), run_lock(Path(out)):  # one trainer per run folder
             trainer = _train(cfg, out, resume, console)
     except (TrainingError, ModelError, LayoutError, RayStartError, FileNotFoundError) as exc:
         fail(str(exc))

@@ -304,9 +304,9 @@ class Solver:
             value = -self.search(opp, mask | stone, moves + 1, -b, -a, depth - 1, opp_wins, wins)
             if value > best:
                 best = value
-                a = max(a, value)
-                if a >= b:
+                if value >= b:
                     break
+                a = max(a, value)
         if exact:
             self.table[key] = _bounds(lo, hi, best, a0, b)
         return best
@@ -334,7 +334,6 @@ class Solver:
         return [(stone, wins) for stone, wins, _ in moves]
 
 
-@functools.cache
 def _non_losing(possible: int, opp_wins: int) -> int:
     """Playable cells that do not lose at once: the one block if the opponent threatens a
     cell, none if two, and never a cell right under an opponent's winning cell."""

@@ -161,7 +161,6 @@ class Learner:
             raise ValueError(f"correction must be one of {CORRECTIONS}, got {correction!r}")
         self.cfg, self.host, self.adapters = cfg, host, list(adapters)
         self.correction, self.lr = correction, cfg.lr
-        self.magnet = cfg.magnet.alpha
         self.params = host.adapter_parameters(*self.adapters)
         self.adapter_params = {a: host.adapter_parameters(a) for a in self.adapters}
         if not self.params:
@@ -171,7 +170,7 @@ class Learner:
         self.optimizer: Optimizer = optimizer(
             host.model, self.params, lr=cfg.lr, max_grad_norm=cfg.max_grad_norm
         )
-        if self.magnet > 0:
+        if cfg.magnet.alpha > 0:
             self._add_magnets()
         self.objective = OBJECTIVES[objective_name(cfg)](self)
 

@@ -77,7 +77,7 @@ class GRPO:
         choice = items[0].kind == "choice"
         adv = torch.tensor([it.advantage for it in items], device=learner.host.device)
         with learner.compute():
-            rho = learner.magnet_logp(items) if learner.magnet > 0 else None
+            rho = learner.magnet_logp(items) if learner.cfg.magnet.alpha > 0 else None
             dists = learner.choice_dists(items) if choice else None
             logp, old, mask, ent = (
                 learner.choice_logp(items, dists) if choice else learner.logp_fn(items[0])(items)
@@ -115,7 +115,7 @@ class GRPO:
                 cfg.entropy,
                 _item_weights(items, mask) if items[0].weights is not None else tis,
                 mag,
-                learner.magnet,
+                learner.cfg.magnet.alpha,
                 cfg.dual_clip,
             )
         share = float(mask.sum()) / n_total

@@ -329,7 +329,7 @@ class PolicyTarget:
             raise ValueError("policy targets need choice decoding")
         learner = self.learner
         b = _batch(items)
-        if learner.magnet > 0:
+        if learner.cfg.magnet.alpha > 0:
             with torch.no_grad(), learner.compute():
                 for group in b.by_adapter.values():
                     states = [b.states[k] for k in group]
@@ -368,7 +368,7 @@ class PolicyTarget:
         """The state's target, made from the policy at its first scoring (the fit's start),
         so that scoring is also the fit's first forward."""
         if key not in b.targets:
-            alpha = self.learner.magnet
+            alpha = self.learner.cfg.magnet.alpha
             lp = logp.detach().float()
             r = b.rho[key].float() if key in b.rho else torch.zeros_like(lp)
             q = torch.tensor(b.q[key], device=lp.device)
