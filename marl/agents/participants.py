@@ -24,10 +24,20 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import torch
+
 from marl.agents import Agent
-from marl.agents.builder import adapter_dir, build_roster, hf_role_policy, system_prompt_for
+from marl.agents.builder import (
+    adapter_dir,
+    build_roster,
+    hf_role_policy,
+    host_key,
+    host_precisions,
+    system_prompt_for,
+)
 from marl.agents.host import ModelHost
 from marl.agents.models import load_model
+from marl.agents.precision import weights_dtype
 from marl.agents.scripted import ScriptedPolicy
 from marl.config import SCHEMA_ID, TeamConfig, load_config
 from marl.config.tournament import HttpSource
@@ -49,10 +59,18 @@ class ParticipantLoader:
         self.seed = seed
         self.hosts = {} if hosts is None else hosts
 
-    def host(self, model: str) -> ModelHost:
-        if model not in self.hosts:
-            self.hosts[model] = ModelHost(*load_model(model))
-        return self.hosts[model]
+    def host(self, model: str, dtype: torch.dtype) -> ModelHost:
+        """``model`` stored in ``dtype``, as the participant's own team builds it: a base
+        stored in bf16 computes norms and the residual stream in bf16 too, so a participant
+        read from a host in another dtype would not be the policy its run trained and logged.
+        A host shared in with ``hosts`` serves when its dtype matches."""
+        shared = self.hosts.get(model)
+        if shared is not None and shared.dtype == dtype:
+            return shared
+        key = f"{model} ({str(dtype).removeprefix('torch.')})"
+        if key not in self.hosts:
+            self.hosts[key] = ModelHost(*load_model(model, dtype=dtype))
+        return self.hosts[key]
 
     def load(self, spec: str, name: str | None = None) -> Agent:
         bot = bot_name(spec, self.game)
@@ -116,7 +134,7 @@ class ParticipantLoader:
                 f"{name}: role {role.name!r} uses backend {role.backend!r}; "
                 "only hf and openai roles can be loaded as participants here"
             )
-        host = self.host(role.model)
+        host = self.host(role.model, weights_dtype(host_precisions(cfg, host_key(cfg, role))))
         adapter = None
         if folder is not None and role.adapter is not None:
             adapter = f"{name}@{role.name}"

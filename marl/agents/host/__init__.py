@@ -57,3 +57,8 @@ class ModelHost(Adapters, PromptEncoding, Scoring, Generation):
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype the frozen base is stored in (adapters are fp32 whatever it is)."""
+        return self.model.get_input_embeddings().weight.dtype
