@@ -7,7 +7,8 @@ The tournament seats the untrained model (the run's team file without adapters),
 the run's checkpoints (evenly spaced, the last one included) plus its best one, the random bot
 and the Nash (CFR) bot.  The summary puts the rating table, the exact exploitability before and
 after training and the learning curve on one page, and says in plain words whether the last
-checkpoint finished ahead of the untrained model.
+checkpoint finished ahead of the untrained model: by its chips against it on duplicate deals
+(with a 95% interval over deals), beside the exact expected value of the two tables.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import yaml
 
+from marl.games.analysis import policy_value
 from marl.infra.layout import (
     BEST,
     CHECKPOINTS,
@@ -87,19 +89,29 @@ def read_ratings(path: Path) -> dict[str, dict[str, float]]:
 
 
 def head_to_head(matches: Path, a: str, b: str) -> tuple[float, float, int]:
-    """``a``'s mean chips per game against ``b`` (both seats), its 95% half-width, games."""
-    chips = []
+    """``a``'s mean chips per game against ``b`` and its 95% half-width, over duplicate deals:
+    the games of one seed (the same cards, each player in each seat) are averaged first, so the
+    luck of the deal cancels and the interval is over deals; also the number of games."""
+    by_deal: dict[int, list[float]] = {}
     for line in matches.read_text().splitlines():
         rec = json.loads(line)
         by_player = {p: rec["returns"][s] for s, p in rec["seats"].items()}
         if set(by_player) == {a, b}:
-            chips.append(by_player[a])
-    n = len(chips)
+            by_deal.setdefault(rec["seed"], []).append(by_player[a])
+    deals = [sum(c) / len(c) for c in by_deal.values()]
+    n = len(deals)
     if n < 2:
-        return float("nan"), float("nan"), n
-    mean = sum(chips) / n
-    sd = (sum((c - mean) ** 2 for c in chips) / (n - 1)) ** 0.5
-    return mean, 1.96 * sd / n**0.5, n
+        return float("nan"), float("nan"), sum(map(len, by_deal.values()))
+    mean = sum(deals) / n
+    sd = (sum((c - mean) ** 2 for c in deals) / (n - 1)) ** 0.5
+    return mean, 1.96 * sd / n**0.5, sum(map(len, by_deal.values()))
+
+
+def exact_head_to_head(a: dict, b: dict) -> float:
+    """The expected chips a game of table policy ``a`` against ``b``, seats averaged: the
+    value the games above estimate, computed on Kuhn's game tree."""
+    pa, pb = ({k: {int(x): p for x, p in d.items()} for k, d in t.items()} for t in (a, b))
+    return (policy_value("kuhn_poker", pa, pb)[0] + policy_value("kuhn_poker", pb, pa)[1]) / 2
 
 
 def verdict(ratings: dict[str, dict[str, float]], last: str, chips: float, half: float) -> str:
@@ -124,8 +136,10 @@ def verdict(ratings: dict[str, dict[str, float]], last: str, chips: float, half:
 
 
 def summary(run: Path) -> str:
-    before = json.loads((run / "before.json").read_text())["exploitability"]
-    after = json.loads((run / "after.json").read_text())["exploitability"]
+    before_doc = json.loads((run / "before.json").read_text())
+    after_doc = json.loads((run / "after.json").read_text())
+    before, after = before_doc["exploitability"], after_doc["exploitability"]
+    expected = exact_head_to_head(after_doc["table"], before_doc["table"])
     tdir = run / "tournament"
     ratings = read_ratings(tdir / "ratings.csv")
     last = trained_name(checkpoints(run)[-1])
@@ -158,7 +172,8 @@ def summary(run: Path) -> str:
     )
     text = f"""# Main job: Kuhn poker self-play on SmolLM2-135M-Instruct
 
-Training: {trained_steps} steps (`{run}/metrics.jsonl`); learning curve `curves.png`.
+Training: `configs/kuhn_target.yaml` (MMD's policy targets, fitted), {trained_steps} steps
+(`{run}/metrics.jsonl`); learning curve `curves.png`.
 
 Exact exploitability of the table policy (0 = Nash; the random bot's is 11/24 = 0.458):
 untrained {before:.4f} -> trained {after:.4f} ({
@@ -173,7 +188,8 @@ Tournament (round robin, both seats; Bradley-Terry ratings anchored on the rando
 {rows}
 
 Head to head, {last} against the untrained model: {chips:+.3f} +/- {half:.3f} chips a game
-over {n} games (95% interval). The rating counts hands won; chips decide poker: the chips
+over {n} games on duplicate deals (95% interval over deals); its exact expected value from the
+two policies' tables is {expected:+.4f}. The rating counts hands won; chips decide poker: the chips
 column is each player's mean against the field's Nash mixture (Nash averaging, the
 tournament's ranking for poker; 0 for an equilibrium player), and `tournament/returns.csv` has
 every pair's mean chips.
@@ -188,7 +204,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("what", choices=["tournament", "summary"])
     ap.add_argument("run", type=Path)
-    ap.add_argument("--games", type=int, default=200, help="games per pairing (both seats)")
+    ap.add_argument("--games", type=int, default=2000, help="games per pairing (both seats)")
     args = ap.parse_args()
     if args.what == "tournament":
         print(tournament_file(args.run, args.games))

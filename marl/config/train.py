@@ -318,11 +318,12 @@ class TrainConfig(StrictModel):
         3, ge=1, le=MAX_STEPS, description="Consecutive NaN/inf losses before stop."
     )
     eval_every: Int = Field(
-        0,
+        10,
         ge=0,
         le=MAX_STEPS,
-        description="Exact evaluation (exploitability) every k steps where the game supports it; "
-        "0: off.",
+        description="Exact evaluation (exploitability) at step 0, every k steps and at the last "
+        "step, where the game has one (Kuhn, Leduc poker); `RUN/best` names the checkpoint of "
+        "the lowest. 0: off.",
     )
     loggers: list[Literal["jsonl", "wandb"]] = Field(
         default_factory=lambda: ["jsonl"],

@@ -142,7 +142,11 @@ def test_trainer_start_cleans_a_killed_runs_temps_and_torn_metrics(tmp_path: Pat
         f.write('{"step": 2, "agen')  # a kill in the middle of a line
     code, output = cli("train", str(config), "--out", str(run), "--resume", "--steps", "2")
     assert code == 0, output
-    assert [json.loads(ln)["step"] for ln in (run / METRICS).read_text().splitlines()] == [1, 2]
+    assert [json.loads(ln)["step"] for ln in (run / METRICS).read_text().splitlines()] == [
+        0,
+        1,
+        2,
+    ]  # step 0: the untrained policy's exact evaluation
     assert not any(p.exists() for p in orphans)
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_000001", "step_000002"]
     (tmp_path / "a_file").write_text("")

@@ -161,6 +161,7 @@ KUHN_LEAGUE = """\
   groups_per_step: 2
   lr: 0.02
   checkpoint_every: 1
+  eval_every: 0  # off: a run cut short evaluates its last step, a whole one does not
   ray: {{enabled: false}}
   league: {{opponents: league, snapshot_every: 1, anchors: [random]}}
 """

@@ -23,6 +23,7 @@ TRAIN = """\
   groups_per_step: 2
   lr: 0.02
   checkpoint_every: 1
+  eval_every: 0  # off: a run cut short evaluates its last step, a whole one does not
   ray: {{enabled: false}}
   loggers: [jsonl, wandb]
 """

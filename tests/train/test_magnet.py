@@ -25,6 +25,7 @@ KUHN = """\
   group_by: state
   lr: 0.05
   checkpoint_every: 1
+  eval_every: 0  # off: a run cut short evaluates its last step, a whole one does not
   ray: {enabled: false}
 """
 MAGNET = "  magnet: {alpha: 0.5, every: 2}\n"
