@@ -147,8 +147,8 @@ class DecodingConfig(StrictModel):
         1024,
         ge=16,
         le=1_048_576,
-        description="Longer prompts keep their last tokens (the current state and the legal moves)"
-        " and a warning is printed.",
+        description="Longer prompts keep their first and last tokens, half each (the rules; the "
+        "current state and the legal moves), lose the middle, and a warning is printed.",
     )
     precision: Precision = Field(
         "fp32",

@@ -20,7 +20,8 @@ while others play on, their dead steps are forwarded to it; once the game is ove
 
 Every call into the wrapped env goes through :mod:`marl.games.guard`: one that raises or
 outlasts ``call_timeout_s`` stops the command with one line naming the env and the call.  A
-game still running after ``max_turns`` moves is cut short (every seat truncated).
+game still running after ``turn_limit`` moves (``game.max_turns``) is cut short: every seat
+truncated.
 """
 
 from __future__ import annotations
@@ -124,13 +125,13 @@ class PettingZooTextGame(TextGame):
         describe: Callable[[AECEnv, str], str] | None = None,
         zero_sum: bool = True,
         call_timeout_s: float = CALL_TIMEOUT_S,
-        max_turns: int = MAX_TURNS,
+        turn_limit: int = MAX_TURNS,
         label: str | None = None,
         **kwargs: Any,
     ) -> None:
         self.inner = env
         self.label = label or name or env.metadata.get("name", "pettingzoo_env")
-        self.call_timeout_s, self.max_turns = call_timeout_s, max_turns
+        self.call_timeout_s, self.turn_limit = call_timeout_s, turn_limit
         self.possible_agents = list(env.possible_agents)
         obs_spaces = [
             self._call("observation_space", env.observation_space, a) for a in self.possible_agents
@@ -211,10 +212,10 @@ class PettingZooTextGame(TextGame):
         self._inner_actions.append(action)
         self._call("step", self.inner.step, action)
         self._sync()
-        if len(self._inner_actions) >= self.max_turns and not self._game_over():
+        if len(self._inner_actions) >= self.turn_limit and not self._game_over():
             for a in self.agents:  # game.max_turns: a game that does not end is cut short
                 self.truncations[a] = True
-                self.infos[a]["truncated"] = f"game.max_turns ({self.max_turns}) reached"
+                self.infos[a]["truncated"] = f"game.max_turns ({self.turn_limit}) reached"
 
     def _next_agent(self, agent: str) -> str:
         return self.inner.agent_selection
@@ -278,7 +279,7 @@ def from_pettingzoo(
     """Wrap an env instance, or build one from a zero-argument factory and wrap it.
 
     ``kwargs``: ``action_names``, ``rules``, ``describe(env, agent) -> str``, ``zero_sum``,
-    ``call_timeout_s``, ``max_turns`` (:class:`PettingZooTextGame`), ``label`` (what its
+    ``call_timeout_s``, ``turn_limit`` (:class:`PettingZooTextGame`), ``label`` (what its
     errors call it) and the TextGame options ``max_retries``, ``illegal_reward``, ``render_mode``.
     """
     env = env_or_factory if isinstance(env_or_factory, AECEnv | ParallelEnv) else env_or_factory()
@@ -290,7 +291,7 @@ def from_pettingzoo(
 def as_text_game(env: Any, name: str, **options: Any) -> TextGame:
     """What a config's factory returned, as a TextGame: one already is; a PettingZoo AEC or
     Parallel env is wrapped (named ``name`` unless its metadata names it; its errors name
-    ``name``) with the adapter's ``options`` (``call_timeout_s``, ``max_turns``)."""
+    ``name``) with the adapter's ``options`` (``call_timeout_s``, ``turn_limit``)."""
     if isinstance(env, TextGame):
         return env
     if isinstance(env, AECEnv | ParallelEnv):

@@ -140,7 +140,7 @@ def installed_plugins() -> dict[str, EntryPoint]:
 def text_factory(factory: Callable[..., Any], name: str, **options: Any) -> Callable[..., AECEnv]:
     """``factory``, called through :mod:`marl.games.guard` (its errors name ``name``), with
     whatever it builds turned into a TextGame with the adapter's ``options``
-    (``call_timeout_s``, ``max_turns``); its signature kept, so ``marl validate`` can check
+    (``call_timeout_s``, ``turn_limit``); its signature kept, so ``marl validate`` can check
     keyword arguments against it."""
     timeout = options.get("call_timeout_s", CALL_TIMEOUT_S)
 
@@ -242,7 +242,7 @@ def factory_of(game: GameConfig) -> Callable[..., AECEnv]:
     section's ``kwargs``.  Raises ImportError/AttributeError/ValueError for an entry point or
     source that does not import, :class:`~marl.games.guard.GameError` for one that fails while
     it imports, KeyError for an unknown name."""
-    options = {"call_timeout_s": game.call_timeout_s, "max_turns": game.max_turns}
+    options = {"call_timeout_s": game.call_timeout_s, "turn_limit": game.max_turns}
     if game.entry_point is not None:
         return text_factory(
             load_object(game.entry_point, game.call_timeout_s), game.name, **options

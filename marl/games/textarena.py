@@ -40,10 +40,17 @@ class Moves:
     names: tuple[str, ...]
     free_text: bool = False
     example: str = ""  # shown as the free action's text, e.g. an offer
+    note: str = ""  # what a player should know that TextArena's own rules do not say
 
 
 MOVES: dict[str, Moves] = {
-    "KuhnPoker": Moves(("check", "bet", "call", "fold")),
+    "KuhnPoker": Moves(
+        ("check", "bet", "call", "fold"),
+        note=(
+            "Note: this Kuhn poker never adds bets to the pot: whoever wins a hand wins the "
+            "2-chip pot of antes, so every hand is worth 1 chip, bet or not."
+        ),
+    ),
     "TicTacToe": Moves(tuple(str(i) for i in range(9))),
     "SimpleNegotiation": Moves(
         ("Accept", "Deny"), free_text=True, example="Offer: 2 Wheat -> 1 Ore"
@@ -105,15 +112,15 @@ class TextArenaGame(TextGame):
         illegal_reward: float = -1.0,
         render_mode: str | None = None,
         call_timeout_s: float = CALL_TIMEOUT_S,
-        max_turns: int = MAX_TURNS,
+        turn_limit: int = MAX_TURNS,
         **env_kwargs: Any,
     ) -> None:
         self.env_id, self.env_kwargs = env_id, env_kwargs
-        self.call_timeout_s, self.max_turns = call_timeout_s, max_turns
+        self.call_timeout_s, self.turn_limit = call_timeout_s, turn_limit
         self.moves = moves_of(env_id)
         self.action_names = [*self.moves.names, *([FREE] if self.moves.free_text else [])]
         self.metadata = {"name": env_id, "render_modes": ["ansi"], "is_parallelizable": False}
-        self.rules = ""  # TextArena's observation carries its own rules
+        self.rules = self.moves.note  # TextArena's observation carries its own rules
         self._random = random.Random(0).getstate()
         self.env = self._call("make", _textarena().make, env_id, **env_kwargs)
         super().__init__(
@@ -132,6 +139,7 @@ class TextArenaGame(TextGame):
 
     # ----- hooks
     def _setup(self, rng: np.random.Generator) -> None:
+        self._random = random.Random(int(rng.integers(0, 2**63))).getstate()
         self.env = self._call("make", _textarena().make, self.env_id, **self.env_kwargs)
         self._call("reset", self.env.reset, num_players=2, seed=int(rng.integers(0, 2**31 - 1)))
         self._seen = {a: "" for a in self.possible_agents}
@@ -164,8 +172,8 @@ class TextArenaGame(TextGame):
         )
         done, _ = self._call("step", self.env.step, action=text)
         self._turns += 1
-        if not done and self._turns >= self.max_turns:
-            self.result = f"Cut short: game.max_turns ({self.max_turns}) reached."
+        if not done and self._turns >= self.turn_limit:
+            self.result = f"Cut short: game.max_turns ({self.turn_limit}) reached."
             for a in self.agents:
                 self.truncations[a] = True
             return
