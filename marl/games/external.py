@@ -239,7 +239,9 @@ class PettingZooTextGame(TextGame):
             return self._call("describe", self.inner.describe, agent)
         turn = "The game is over." if self._game_over() else f"It is {self.agent_selection}'s turn."
         raw = self._raw(agent)
-        seen = summarize_array(raw) if np.ndim(raw) else _shown(raw, 1500)
+        seen = (
+            summarize_array(raw) if isinstance(raw, np.ndarray) and raw.ndim else _shown(raw, 1500)
+        )
         return f"You are {agent}. {turn}\nYour observation: {seen}"
 
     def close(self) -> None:
