@@ -168,15 +168,30 @@ def bots_exist(cfg: TeamConfig, seats: list[str]) -> list[PathProblem]:
     return problems
 
 
+def scripted_bots_exist(cfg: TeamConfig) -> list[PathProblem]:
+    """A role of backend scripted names a bot of the game in ``model``."""
+    bots = bot_names(cfg.game.name)
+    return [
+        (
+            ("roles", i, "model"),
+            f"role {role.name!r} is scripted but {cfg.game.name} has no bot {role.model!r}; "
+            f"its bots: {', '.join(bots)}",
+        )
+        for i, role in enumerate(cfg.roles)
+        if role.backend == "scripted" and role.model not in bots
+    ]
+
+
 #: The rules of a train section against the seats of its game (a team task: its agents).
 TRAIN_RULES: tuple[SeatRule, ...] = (reward_scales_name_seats, bots_exist)
 
 
 def team_problems(cfg: TeamConfig) -> list[PathProblem]:
     """What a team file needs of its game: a known game or task that takes its
-    ``game.kwargs``, a topology that builds, agents that fit the seats, and a train section
-    whose names (seats, bots) the game has."""
+    ``game.kwargs``, scripted roles that name its bots, a topology that builds, agents that
+    fit the seats, and a train section whose names (seats, bots) the game has."""
     problems, made = game_problems(cfg.game, tasks=True)
+    problems += scripted_bots_exist(cfg)
     try:
         build_topology(cfg)
     except TopologyError as exc:
