@@ -176,8 +176,9 @@ def test_bad_game_kwargs_unknown_bots_and_targets(tmp_path: Path) -> None:
             extra=("  - {name: b, backend: scripted, model: nosuchbot}\n"),
         )
     )
-    refused(
+    located(  # found by the file's checks, before any model loads
         *cli("play", str(bot), "--episodes", "1", "--out", str(tmp_path / "t.jsonl")),
+        "roles.1.model",
         "no bot 'nosuchbot'",
     )
     targets = tmp_path / "targets.yaml"
