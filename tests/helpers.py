@@ -4,6 +4,9 @@ same thing."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -12,6 +15,7 @@ from marl.agents.policy import Request, Response
 #: The repository root, and its recipes folder (team and tournament YAML files).
 REPO = Path(__file__).resolve().parents[1]
 RECIPES = REPO / "configs"
+PLUGINS = REPO / "tests" / "plugins"  # games the project does not register, named by entry point
 
 
 def recipes() -> list[Path]:
@@ -142,3 +146,15 @@ def train_config(**fields):
         k: getattr(cfg, k).model_copy(update=v) for k, v in fields.items() if isinstance(v, dict)
     }
     return cfg.model_copy(update={**fields, **sections})
+
+
+def marl(*args: str, cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
+    """The installed ``marl`` command (``python -m cli`` without one), with the plugin folder
+    on PYTHONPATH as a user's own package would be installed."""
+    script = Path(sys.executable).with_name("marl")
+    cmd = [str(script)] if script.exists() else [sys.executable, "-m", "marl"]
+    path = os.pathsep.join([str(REPO), str(PLUGINS), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "PYTHONPATH": path, "OMP_WAIT_POLICY": "PASSIVE"}
+    return subprocess.run(
+        [*cmd, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )

@@ -15,6 +15,8 @@ from marl import games
 from marl.config import GameConfig, TeamConfig
 from marl.config.schema import PathProblem
 from marl.games.bots import bot_names
+from marl.games.external import UnsupportedEnv
+from marl.games.guard import GameError, trial
 from marl.games.tasks import make_task, task_names
 from marl.topologies import TopologyError, build_topology
 
@@ -32,11 +34,21 @@ def is_task(game: GameConfig) -> bool:
     )
 
 
+def foreign(game: GameConfig) -> bool:
+    """A game the project did not write: an entry point, a plugin or a TextArena game."""
+    return (
+        game.entry_point is not None
+        or game.source != "registry"
+        or game.name in games.registry.installed_plugins()
+    )
+
+
 def game_problems(game: GameConfig, *, tasks: bool) -> tuple[list[PathProblem], Any]:
     """The game section checked against the registry (the schema cannot import games): its
-    name, entry point or source imports, ``kwargs`` fit; the problems, and the game (or task)
-    built when it builds.  With ``tasks`` a cooperative task's name is fine too: a team can
-    answer it in free text."""
+    name, entry point or source imports, ``kwargs`` fit, and a game the project did not write
+    plays one random game (:func:`~marl.games.guard.trial`); the problems, and the game (or
+    task) built when it builds.  With ``tasks`` a cooperative task's name is fine too: a team
+    can answer it in free text."""
     problem = games.check_config(game, tasks=tasks)
     if problem is not None:
         return [(("game", problem[0]), problem[1])], None
@@ -45,10 +57,23 @@ def game_problems(game: GameConfig, *, tasks: bool) -> tuple[list[PathProblem], 
         if is_task(game)
         else (lambda: games.make_from_config(game))
     )
+    field = "entry_point" if game.entry_point is not None else "name"
     try:
-        return [], build()
+        made = build()
+    except (GameError, UnsupportedEnv) as exc:
+        return [(("game", field), str(exc))], None
     except Exception as exc:  # noqa: BLE001 - each game checks its own arguments its own way
         return [(("game", "kwargs"), f"{game.name} refuses these arguments: {exc}")], None
+    try:
+        if foreign(game):
+            trial(games.make_from_config(game))
+    except (GameError, UnsupportedEnv) as exc:
+        return [(("game", field), str(exc))], None
+    except Exception as exc:  # noqa: BLE001 - whatever a random game of it meets
+        return [
+            (("game", field), f"{game.name} fails when played: {type(exc).__name__}: {exc}")
+        ], None
+    return [], made
 
 
 def task_seats(cfg: TeamConfig) -> list[PathProblem]:
@@ -143,15 +168,30 @@ def bots_exist(cfg: TeamConfig, seats: list[str]) -> list[PathProblem]:
     return problems
 
 
+def scripted_bots_exist(cfg: TeamConfig) -> list[PathProblem]:
+    """A role of backend scripted names a bot of the game in ``model``."""
+    bots = bot_names(cfg.game.name)
+    return [
+        (
+            ("roles", i, "model"),
+            f"role {role.name!r} is scripted but {cfg.game.name} has no bot {role.model!r}; "
+            f"its bots: {', '.join(bots)}",
+        )
+        for i, role in enumerate(cfg.roles)
+        if role.backend == "scripted" and role.model not in bots
+    ]
+
+
 #: The rules of a train section against the seats of its game (a team task: its agents).
 TRAIN_RULES: tuple[SeatRule, ...] = (reward_scales_name_seats, bots_exist)
 
 
 def team_problems(cfg: TeamConfig) -> list[PathProblem]:
     """What a team file needs of its game: a known game or task that takes its
-    ``game.kwargs``, a topology that builds, agents that fit the seats, and a train section
-    whose names (seats, bots) the game has."""
+    ``game.kwargs``, scripted roles that name its bots, a topology that builds, agents that
+    fit the seats, and a train section whose names (seats, bots) the game has."""
     problems, made = game_problems(cfg.game, tasks=True)
+    problems += scripted_bots_exist(cfg)
     try:
         build_topology(cfg)
     except TopologyError as exc:

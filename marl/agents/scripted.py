@@ -101,7 +101,7 @@ class HumanPolicy:
         action = r.env.parse_action(r.agent, text)
         if action in r.legal:
             return r.legal.index(action)
-        if numbered and text.isdigit() and 1 <= int(text) <= len(r.legal):
+        if numbered and text.isdecimal() and 1 <= int(text) <= len(r.legal):  # not "²"
             return int(text) - 1
         return None
 

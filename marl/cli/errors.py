@@ -1,6 +1,7 @@
 """The environment's failures as one ``error:`` line and exit code 2, never a traceback: a
 full disk, a read-only or missing folder, a path through a file (``OSError``), a hosted
-model's endpoint that cannot answer (``EndpointError``)."""
+model's endpoint that cannot answer (``EndpointError``), a user's game that raises or hangs
+(any ``ReportedError``: its message is the line)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 import typer
 
 from marl.cli.common import fail
+from marl.infra.budget import ReportedError
 
 
 def _cause(exc: OSError) -> str:
@@ -54,6 +56,8 @@ def _guarded(command: Callable[..., Any]) -> Callable[..., Any]:
                 if out
                 else _cause(exc)
             )
+        except ReportedError as exc:
+            fail(str(exc))
         except Exception as exc:
             if not _is_endpoint_error(exc):
                 raise
@@ -64,7 +68,8 @@ def _guarded(command: Callable[..., Any]) -> Callable[..., Any]:
 
 def guard(app: typer.Typer) -> None:
     """Every command of ``app`` (and of its groups) fails with one line on an ``OSError``
-    that no :func:`writing` around it named more precisely, and on an ``EndpointError``."""
+    that no :func:`writing` around it named more precisely, on an ``EndpointError`` and on a
+    ``ReportedError``."""
     for info in app.registered_commands:
         info.callback = _guarded(info.callback)
     for group in app.registered_groups:

@@ -59,6 +59,7 @@ def games_list_cmd(
     from rich.table import Table
 
     from marl import games
+    from marl.agents.checks import game_problems
     from marl.config import GameConfig
     from marl.games import textarena
     from marl.games.registry import installed_plugins
@@ -86,9 +87,9 @@ def games_list_cmd(
         table.add_row("(TextArena)", "textarena", "", "", str(exc), "")
     for spec in entry_point or []:
         game = GameConfig(entry_point=spec)
-        problem = games.check_config(game)
-        if problem is not None:
-            fail(f"--entry-point {spec}: {problem[1]}")
+        problems, _ = game_problems(game, tasks=False)  # imports, builds, plays one game
+        if problems:
+            fail(f"--entry-point {spec}: {problems[0][1]}")
         table.add_row(*_row(game, "entry_point"))
     Console().print(table)
 

@@ -57,7 +57,8 @@ Prompt = Annotated[str | None, typer.Option("--task", help="A free prompt for th
 TaskName = Annotated[
     str | None, typer.Option("--game", help="A cooperative task (e.g. plan_execute), scored.")
 ]
-Episodes = Annotated[int, typer.Option(min=1, help="Tasks to play with --game.")]
+MAX_EPISODES = 100_000  # the tasks and their transcripts are held in memory
+Episodes = Annotated[int, typer.Option(min=1, max=MAX_EPISODES, help="Tasks to play with --game.")]
 Seed = Annotated[
     int, typer.Option(help="First task seed (held-out split); also seeds the team's sampling.")
 ]

@@ -37,6 +37,9 @@ PLACEHOLDERS: dict[str, str] = {
 
 #: A problem found by a cross-field check: (path relative to the model, message).
 PathProblem = tuple[tuple[str | int, ...], str]
+#: game.call_timeout_s and game.max_turns by default (the game adapters default to them too)
+CALL_TIMEOUT_S = 60.0
+MAX_TURNS = 10_000
 
 CROSS_CHECK_ERROR = "cross_check"
 
@@ -144,8 +147,8 @@ class DecodingConfig(StrictModel):
         1024,
         ge=16,
         le=1_048_576,
-        description="Longer prompts keep their last tokens (the current state and the legal moves)"
-        " and a warning is printed.",
+        description="Longer prompts keep their first and last tokens, half each (the rules; the "
+        "current state and the legal moves), lose the middle, and a warning is printed.",
     )
     precision: Precision = Field(
         "fp32",
@@ -465,6 +468,24 @@ class GameConfig(StrictModel):
     )
     kwargs: dict[str, Any] = Field(
         default_factory=dict, description="Keyword arguments for the game's factory."
+    )
+    call_timeout_s: Float = Field(
+        CALL_TIMEOUT_S,
+        gt=0,
+        le=86_400,
+        description=(
+            "Seconds one call into a game the project did not write (an entry point, a plugin, "
+            "TextArena: its import, factory, reset, step, observe, ...) may take; a call that "
+            "takes longer stops the command with an error naming the game and the call."
+        ),
+    )
+    max_turns: Int = Field(
+        MAX_TURNS,
+        ge=1,
+        description=(
+            "Moves after which a game of an entry point, a plugin or TextArena that has not "
+            "ended is cut short (truncated, with the rewards paid so far)."
+        ),
     )
 
     @model_validator(mode="before")

@@ -17,12 +17,18 @@ The wrapped env stays the source of truth: after each of its steps the adapter c
 rewards, terminations, truncations and agent selection.  When the wrapped env ends some agents
 while others play on, their dead steps are forwarded to it; once the game is over for everyone
 (or an agent forfeited), dead steps are handled by the adapter alone.
+
+Every call into the wrapped env goes through :mod:`marl.games.guard`: one that raises or
+outlasts ``call_timeout_s`` stops the command with one line naming the env and the call.  A
+game still running after ``turn_limit`` moves (``game.max_turns``) is cut short: every seat
+truncated.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,6 +36,8 @@ from gymnasium import spaces
 from pettingzoo import AECEnv, ParallelEnv
 from pettingzoo.utils.conversions import parallel_to_aec
 
+from marl.config.schema import CALL_TIMEOUT_S, MAX_TURNS
+from marl.games import guard
 from marl.games.base import TextGame
 from marl.games.registry import register
 
@@ -63,8 +71,46 @@ def _shown(value: Any, limit: int) -> str:
 
 def _uniform(values: list[Any], what: str) -> Any:
     if any(v != values[0] for v in values[1:]):
-        raise ValueError(f"every agent must have the same {what}; got {values}")
+        raise UnsupportedEnv(f"every agent must have the same {what}; got {values}")
     return values[0]
+
+
+class UnsupportedEnv(ValueError):
+    """An env this adapter cannot play; the message says why."""
+
+
+@dataclass(frozen=True)
+class Encoder:
+    """How an observation space becomes the numeric ``observation`` entry: a masked env's
+    ``Box`` as it is, any other space flattened (``Discrete`` one-hot, ``Dict`` and ``Tuple``
+    concatenated), and a space without a flat form (``Sequence``, ``Graph``) as one zero (the
+    text view still shows the observation)."""
+
+    space: spaces.Space
+    how: str  # "as is", "flatten" or "none"
+    shape: tuple[int, ...]
+    low: float = 0.0
+    high: float = 1.0
+
+    @classmethod
+    def of(cls, space: spaces.Space, masked: bool) -> Encoder:
+        if masked and isinstance(space, spaces.Box):
+            return cls(
+                space, "as is", space.shape, float(np.min(space.low)), float(np.max(space.high))
+            )
+        try:
+            flat = spaces.flatten_space(space)
+        except NotImplementedError:
+            flat = None
+        if not isinstance(flat, spaces.Box):
+            return cls(space, "none", (1,))
+        return cls(space, "flatten", flat.shape, float(np.min(flat.low)), float(np.max(flat.high)))
+
+    def encode(self, raw: Any) -> np.ndarray:
+        if self.how == "none":
+            return np.zeros(1, dtype=np.float32)
+        flat = raw if self.how == "as is" else spaces.flatten(self.space, raw)
+        return np.asarray(flat, dtype=np.float32)
 
 
 class PettingZooTextGame(TextGame):
@@ -78,27 +124,35 @@ class PettingZooTextGame(TextGame):
         rules: str | None = None,
         describe: Callable[[AECEnv, str], str] | None = None,
         zero_sum: bool = True,
+        call_timeout_s: float = CALL_TIMEOUT_S,
+        turn_limit: int = MAX_TURNS,
+        label: str | None = None,
         **kwargs: Any,
     ) -> None:
         self.inner = env
+        self.label = label or name or env.metadata.get("name", "pettingzoo_env")
+        self.call_timeout_s, self.turn_limit = call_timeout_s, turn_limit
         self.possible_agents = list(env.possible_agents)
-        obs_spaces = [env.observation_space(a) for a in self.possible_agents]
-        act_spaces = [env.action_space(a) for a in self.possible_agents]
+        obs_spaces = [
+            self._call("observation_space", env.observation_space, a) for a in self.possible_agents
+        ]
+        act_spaces = [self._call("action_space", env.action_space, a) for a in self.possible_agents]
         if not all(isinstance(s, spaces.Discrete) and s.start == 0 for s in act_spaces):
-            raise ValueError("the env needs Discrete action spaces starting at 0")
+            raise UnsupportedEnv(
+                f"{self.label} cannot be played: its action spaces are "
+                f"{act_spaces[0]}; it needs Discrete action spaces starting at 0"
+            )
         n = _uniform([int(s.n) for s in act_spaces], "number of actions")
         self.masked = all(
             isinstance(s, spaces.Dict) and {"observation", "action_mask"} <= set(s.spaces)
             for s in obs_spaces
         )
-        # a masked env's observation array as it is; any other observation space flattened
-        self._obs_space = None if self.masked else obs_spaces[0]
-        box = obs_spaces[0]["observation"] if self.masked else spaces.flatten_space(obs_spaces[0])
-        self.obs_shape = _uniform(
-            [s["observation"].shape if self.masked else (spaces.flatdim(s),) for s in obs_spaces],
-            "observation shape",
-        )
-        self.obs_low, self.obs_high = float(np.min(box.low)), float(np.max(box.high))
+        encoders = [
+            Encoder.of(s["observation"] if self.masked else s, self.masked) for s in obs_spaces
+        ]
+        self._encoder = encoders[0]
+        self.obs_shape = _uniform([e.shape for e in encoders], "observation shape")
+        self.obs_low, self.obs_high = self._encoder.low, self._encoder.high
         self.action_names = list(action_names) if action_names else [str(i) for i in range(n)]
         if len(self.action_names) != n or len(set(self.action_names)) != n:
             raise ValueError(f"action_names must be {n} distinct names")
@@ -111,6 +165,10 @@ class PettingZooTextGame(TextGame):
         )
         self._describe_fn = describe
         super().__init__(**kwargs)
+
+    def _call(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """A call into the wrapped env, bounded and reported by :mod:`marl.games.guard`."""
+        return guard.call(self.label, what, self.call_timeout_s, fn, *args)
 
     # ----- mirror the wrapped env
     def _sync(self) -> None:
@@ -129,9 +187,12 @@ class PettingZooTextGame(TextGame):
     def _setup(self, rng: np.random.Generator) -> None:
         self._inner_seed = int(rng.integers(0, 2**31 - 1))
         self._inner_actions: list[int | None] = []  # everything the wrapped env was stepped with
-        self.inner.reset(seed=self._inner_seed)
+        self._call("reset", self.inner.reset, self._inner_seed)
         if list(self.inner.agents) != self.agents:
-            raise ValueError("the wrapped env must start with all of its possible_agents")
+            raise UnsupportedEnv(
+                f"{self.label} cannot be played: after reset its agents are "
+                f"{list(self.inner.agents)}, not all of its possible_agents {self.agents}"
+            )
         self._sync()
 
     def _legal(self, agent: str) -> list[int]:
@@ -139,16 +200,22 @@ class PettingZooTextGame(TextGame):
             return []
         if not self.masked:
             return list(range(len(self.action_names)))
-        return np.flatnonzero(self.inner.observe(agent)["action_mask"]).tolist()
+        return np.flatnonzero(
+            self._call("observe", self.inner.observe, agent)["action_mask"]
+        ).tolist()
 
     def _raw(self, agent: str) -> Any:
-        obs = self.inner.observe(agent)
+        obs = self._call("observe", self.inner.observe, agent)
         return obs["observation"] if self.masked else obs
 
     def _apply(self, agent: str, action: int) -> None:
         self._inner_actions.append(action)
-        self.inner.step(action)
+        self._call("step", self.inner.step, action)
         self._sync()
+        if len(self._inner_actions) >= self.turn_limit and not self._game_over():
+            for a in self.agents:  # game.max_turns: a game that does not end is cut short
+                self.truncations[a] = True
+                self.infos[a]["truncated"] = f"game.max_turns ({self.turn_limit}) reached"
 
     def _next_agent(self, agent: str) -> str:
         return self.inner.agent_selection
@@ -157,28 +224,28 @@ class PettingZooTextGame(TextGame):
         forward = not self._game_over()  # someone plays on: the wrapped env needs this step too
         if forward:
             self._inner_actions.append(action)
-            self.inner.step(action)
+            self._call("step", self.inner.step, action)
         super()._was_dead_step(action)
         if forward and self.agents:
             self.agent_selection = self.inner.agent_selection
 
     def _encode(self, agent: str) -> np.ndarray:
-        raw = self._raw(agent)
-        flat = raw if self._obs_space is None else spaces.flatten(self._obs_space, raw)
-        return np.asarray(flat, dtype=np.float32)
+        return self._encoder.encode(self._raw(agent))
 
     def _describe(self, agent: str) -> str:
         if self._describe_fn is not None:
-            return self._describe_fn(self.inner, agent)
+            return self._call("describe", self._describe_fn, self.inner, agent)
         if callable(getattr(self.inner, "describe", None)):
-            return self.inner.describe(agent)
+            return self._call("describe", self.inner.describe, agent)
         turn = "The game is over." if self._game_over() else f"It is {self.agent_selection}'s turn."
         raw = self._raw(agent)
-        seen = summarize_array(raw) if np.ndim(raw) else _shown(raw, 1500)
+        seen = (
+            summarize_array(raw) if isinstance(raw, np.ndarray) and raw.ndim else _shown(raw, 1500)
+        )
         return f"You are {agent}. {turn}\nYour observation: {seen}"
 
     def close(self) -> None:
-        self.inner.close()
+        self._call("close", self.inner.close)
 
     def __deepcopy__(self, memo: dict) -> PettingZooTextGame:
         """Copy the adapter state; rebuild the wrapped env by replaying this game's moves.
@@ -193,12 +260,17 @@ class PettingZooTextGame(TextGame):
         for key, value in self.__dict__.items():
             if key != "inner":
                 setattr(twin, key, copy.deepcopy(value, memo))
-        twin.inner = copy.deepcopy(self.inner)
-        if hasattr(self, "_inner_seed"):
-            twin.inner.reset(seed=self._inner_seed)
-            for action in self._inner_actions:
-                twin.inner.step(action)
+        twin.inner = self._call("copy", self._replayed)
         return twin
+
+    def _replayed(self) -> AECEnv:
+        """A copy of the wrapped env, reset with this game's seed and replayed to here."""
+        inner = copy.deepcopy(self.inner)
+        if hasattr(self, "_inner_seed"):
+            inner.reset(seed=self._inner_seed)
+            for action in self._inner_actions:
+                inner.step(action)
+        return inner
 
 
 def from_pettingzoo(
@@ -209,7 +281,8 @@ def from_pettingzoo(
     """Wrap an env instance, or build one from a zero-argument factory and wrap it.
 
     ``kwargs``: ``action_names``, ``rules``, ``describe(env, agent) -> str``, ``zero_sum``,
-    and the TextGame options ``max_retries``, ``illegal_reward``, ``render_mode``.
+    ``call_timeout_s``, ``turn_limit`` (:class:`PettingZooTextGame`), ``label`` (what its
+    errors call it) and the TextGame options ``max_retries``, ``illegal_reward``, ``render_mode``.
     """
     env = env_or_factory if isinstance(env_or_factory, AECEnv | ParallelEnv) else env_or_factory()
     if isinstance(env, ParallelEnv):
@@ -217,14 +290,15 @@ def from_pettingzoo(
     return PettingZooTextGame(env, name=name, **kwargs)
 
 
-def as_text_game(env: Any, name: str) -> TextGame:
+def as_text_game(env: Any, name: str, **options: Any) -> TextGame:
     """What a config's factory returned, as a TextGame: one already is; a PettingZoo AEC or
-    Parallel env is wrapped (and named ``name`` unless its metadata names it)."""
+    Parallel env is wrapped (named ``name`` unless its metadata names it; its errors name
+    ``name``) with the adapter's ``options`` (``call_timeout_s``, ``turn_limit``)."""
     if isinstance(env, TextGame):
         return env
     if isinstance(env, AECEnv | ParallelEnv):
-        return from_pettingzoo(env, name=env.metadata.get("name") or name)
-    raise TypeError(
+        return from_pettingzoo(env, name=env.metadata.get("name") or name, label=name, **options)
+    raise UnsupportedEnv(
         f"{name} returned a {type(env).__name__}, not a PettingZoo AECEnv or ParallelEnv"
     )
 

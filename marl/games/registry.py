@@ -30,6 +30,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pettingzoo import AECEnv, ParallelEnv
 
+from marl.config.schema import CALL_TIMEOUT_S
+from marl.games import guard
+from marl.games.guard import GameError
+
 if TYPE_CHECKING:
     from marl.config import GameConfig
 
@@ -66,9 +70,11 @@ def register(name: str) -> Callable[[T], T]:
     return register_in(_GAMES, "game", name)
 
 
-def load_object(spec: str) -> Any:
-    """``"pkg.module:attr"`` imported.  The working folder is searched last, as ``uvicorn
-    main:app`` does, so a module next to the team file works from the ``marl`` command."""
+def load_object(spec: str, timeout: float = CALL_TIMEOUT_S) -> Any:
+    """``"pkg.module:attr"`` imported (within ``timeout`` seconds; a module that raises, even
+    ``SystemExit``, raises :class:`~marl.games.guard.GameError`).  The working folder is
+    searched last, as ``uvicorn main:app`` does, so a module next to the team file works from
+    the ``marl`` command."""
     module, sep, attr = spec.partition(":")
     if not sep or not module or not attr:
         raise ValueError(f"{spec!r} is not of the form 'pkg.module:factory'")
@@ -78,11 +84,11 @@ def load_object(spec: str) -> Any:
             "of a package you installed or of a module beside the team file"
         )
     try:
-        mod = importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name != module.split(".")[0]:
-            raise
-        mod = import_from_cwd(module, exc)
+        mod = guard.call(spec, "import", timeout, _import, module)
+    except guard.GameError as exc:
+        if isinstance(exc.__cause__, ModuleNotFoundError):
+            raise exc.__cause__ from None  # "No module named ...": says it all
+        raise
     obj: Any = mod
     for part in attr.split("."):
         try:
@@ -95,6 +101,15 @@ def load_object(spec: str) -> Any:
             "written in Python); nothing was called"
         )
     return obj
+
+
+def _import(module: str) -> ModuleType:
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name != module.split(".")[0]:
+            raise
+        return import_from_cwd(module, exc)
 
 
 def import_from_cwd(module: str, missing: ModuleNotFoundError) -> ModuleType:
@@ -122,22 +137,32 @@ def installed_plugins() -> dict[str, EntryPoint]:
     return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
 
 
-def text_factory(factory: Callable[..., Any], name: str) -> Callable[..., AECEnv]:
-    """``factory`` with whatever it builds turned into a TextGame (its signature kept, so
-    ``marl validate`` can check keyword arguments against it)."""
+def text_factory(factory: Callable[..., Any], name: str, **options: Any) -> Callable[..., AECEnv]:
+    """``factory``, called through :mod:`marl.games.guard` (its errors name ``name``), with
+    whatever it builds turned into a TextGame with the adapter's ``options``
+    (``call_timeout_s``, ``turn_limit``); its signature kept, so ``marl validate`` can check
+    keyword arguments against it."""
+    timeout = options.get("call_timeout_s", CALL_TIMEOUT_S)
 
     @functools.wraps(factory)
     def build(**kwargs: Any) -> AECEnv:
         from marl.games.external import as_text_game  # external registers through this module
 
-        return as_text_game(factory(**kwargs), name)
+        return as_text_game(
+            guard.call(name, "factory", timeout, factory, **kwargs), name, **options
+        )
 
     return build
 
 
+def _plugin(name: str, timeout: float = CALL_TIMEOUT_S) -> Callable[..., Any]:
+    """The factory installed plugin ``name`` declares, imported."""
+    return guard.call(name, "import", timeout, installed_plugins()[name].load)
+
+
 def _load_plugin(name: str) -> None:
     if name not in _GAMES and name in installed_plugins():
-        _GAMES[name] = text_factory(installed_plugins()[name].load(), name)
+        _GAMES[name] = text_factory(_plugin(name), name)
 
 
 def names() -> list[str]:
@@ -215,12 +240,18 @@ def make(name: str, **kwargs) -> AECEnv:
 def factory_of(game: GameConfig) -> Callable[..., AECEnv]:
     """The factory a config's game section names; ``make_from_config`` calls it with the
     section's ``kwargs``.  Raises ImportError/AttributeError/ValueError for an entry point or
-    source that does not import, KeyError for an unknown name."""
+    source that does not import, :class:`~marl.games.guard.GameError` for one that fails while
+    it imports, KeyError for an unknown name."""
+    options = {"call_timeout_s": game.call_timeout_s, "turn_limit": game.max_turns}
     if game.entry_point is not None:
-        return text_factory(load_object(game.entry_point), game.name)
+        return text_factory(
+            load_object(game.entry_point, game.call_timeout_s), game.name, **options
+        )
     if game.source != "registry":
-        return functools.partial(importlib.import_module(SOURCES[game.source]).make, game.name)
-    _load_plugin(game.name)
+        make = importlib.import_module(SOURCES[game.source]).make
+        return functools.partial(make, game.name, **options)
+    if game.name in installed_plugins():
+        return text_factory(_plugin(game.name, game.call_timeout_s), game.name, **options)
     if game.name not in _GAMES:
         raise KeyError(check_name(game.name))
     return _GAMES[game.name]
@@ -249,6 +280,8 @@ def check_config(game: GameConfig, *, tasks: bool = False) -> tuple[str, str] | 
             if problem is not None:
                 return "name", problem
         factory = factory_of(game)
+    except GameError as exc:
+        return field, str(exc)
     except (ImportError, AttributeError, ValueError) as exc:
         return field, f"{game.entry_point or game.source} does not import: {exc}"
     problem = check_kwargs(game.name, game.kwargs, factory)

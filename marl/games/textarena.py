@@ -16,13 +16,19 @@ in free text only.  The package is imported on first use: ``pip install 'marl-te
 
 from __future__ import annotations
 
+import random
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
+from marl.config.schema import CALL_TIMEOUT_S, MAX_TURNS
+from marl.games import guard
 from marl.games.base import InvalidAction, TextGame
+
+T = TypeVar("T")
 
 FREE = "say"  # the free-text action's name
 
@@ -34,10 +40,17 @@ class Moves:
     names: tuple[str, ...]
     free_text: bool = False
     example: str = ""  # shown as the free action's text, e.g. an offer
+    note: str = ""  # what a player should know that TextArena's own rules do not say
 
 
 MOVES: dict[str, Moves] = {
-    "KuhnPoker": Moves(("check", "bet", "call", "fold")),
+    "KuhnPoker": Moves(
+        ("check", "bet", "call", "fold"),
+        note=(
+            "Note: this Kuhn poker never adds bets to the pot: whoever wins a hand wins the "
+            "2-chip pot of antes, so every hand is worth 1 chip, bet or not."
+        ),
+    ),
     "TicTacToe": Moves(tuple(str(i) for i in range(9))),
     "SimpleNegotiation": Moves(
         ("Accept", "Deny"), free_text=True, example="Offer: 2 Wheat -> 1 Ore"
@@ -82,7 +95,13 @@ def check_name(name: str) -> str | None:
 
 
 class TextArenaGame(TextGame):
-    """One TextArena env for two players, ``player_0`` and ``player_1``."""
+    """One TextArena env for two players, ``player_0`` and ``player_1``.
+
+    TextArena's envs draw from Python's shared ``random`` module (Kuhn poker reseeds it at
+    reset and shuffles the deck with it), so games played side by side would deal each other's
+    cards.  Each game keeps its own state of that generator and swaps it in around every call
+    into its env, and each reset builds the env afresh: a game replays from its seed however
+    games interleave.  Every call goes through :mod:`marl.games.guard`."""
 
     possible_agents = ["player_0", "player_1"]
 
@@ -92,28 +111,45 @@ class TextArenaGame(TextGame):
         max_retries: int = 0,
         illegal_reward: float = -1.0,
         render_mode: str | None = None,
+        call_timeout_s: float = CALL_TIMEOUT_S,
+        turn_limit: int = MAX_TURNS,
         **env_kwargs: Any,
     ) -> None:
         self.env_id, self.env_kwargs = env_id, env_kwargs
+        self.call_timeout_s, self.turn_limit = call_timeout_s, turn_limit
         self.moves = moves_of(env_id)
         self.action_names = [*self.moves.names, *([FREE] if self.moves.free_text else [])]
         self.metadata = {"name": env_id, "render_modes": ["ansi"], "is_parallelizable": False}
-        self.rules = ""  # TextArena's observation carries its own rules
-        self.env = _textarena().make(env_id, **env_kwargs)
+        self.rules = self.moves.note  # TextArena's observation carries its own rules
+        self._random = random.Random(0).getstate()
+        self.env = self._call("make", _textarena().make, env_id, **env_kwargs)
         super().__init__(
             max_retries=max_retries, illegal_reward=illegal_reward, render_mode=render_mode
         )
 
+    def _call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn`` called with this game's state of ``random`` swapped in, within the guard."""
+        shared = random.getstate()
+        random.setstate(self._random)
+        try:
+            return guard.call(self.env_id, what, self.call_timeout_s, fn, *args, **kwargs)
+        finally:
+            self._random = random.getstate()
+            random.setstate(shared)
+
     # ----- hooks
     def _setup(self, rng: np.random.Generator) -> None:
-        self.env.reset(num_players=2, seed=int(rng.integers(0, 2**31 - 1)))
+        self._random = random.Random(int(rng.integers(0, 2**63))).getstate()
+        self.env = self._call("make", _textarena().make, self.env_id, **self.env_kwargs)
+        self._call("reset", self.env.reset, num_players=2, seed=int(rng.integers(0, 2**31 - 1)))
         self._seen = {a: "" for a in self.possible_agents}
         self._said: dict[str, str] = {}
+        self._turns = 0
         self.result = ""
         self._observe()
 
     def _observe(self) -> None:
-        pid, text = self.env.get_observation()
+        pid, text = self._call("get_observation", self.env.get_observation)
         self.agent_selection = self.possible_agents[pid]
         self._seen[self.agent_selection] = text
 
@@ -134,11 +170,17 @@ class TextArenaGame(TextGame):
             if self.action_names[action] == FREE
             else f"[{self.action_names[action]}]"
         )
-        done, _ = self.env.step(action=text)
+        done, _ = self._call("step", self.env.step, action=text)
+        self._turns += 1
+        if not done and self._turns >= self.turn_limit:
+            self.result = f"Cut short: game.max_turns ({self.turn_limit}) reached."
+            for a in self.agents:
+                self.truncations[a] = True
+            return
         if not done:
             self._observe()
             return
-        rewards, info = self.env.close()
+        rewards, info = self._call("close", self.env.close)
         for pid, a in enumerate(self.possible_agents):
             if info.get(pid, {}).get("invalid_move"):
                 self.infos[a]["illegal_moves"] += 1

@@ -11,6 +11,8 @@
 - :mod:`marl.infra.layout`: the run folder layout (``RUN/latest``, ``RUN/best``,
   ``RUN/checkpoints/step_NNNNNN``, ...), its pointers (followed only inside their run) and how
   a user's path resolves;
+- :mod:`marl.infra.budget`: the process's wall-clock budget (``train.max_minutes``), which actor
+  pools hand their actors, and ``ReportedError``, an error whose message is the whole report;
 - :mod:`marl.infra.seats`: ``ParticipantId`` (``team:<i>``, ``bot:<name>``, ``ckpt:<folder>``,
   ``snap:<id>``), the written name of a seat's occupant that checkpoints store.
 """

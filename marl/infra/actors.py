@@ -4,7 +4,9 @@
 An actor that dies (node lost, OOM kill) is replaced by a fresh one from the pool's ``spawn``
 and its chunk is replayed there; callers make chunks replayable (seeds come with the work).
 A pool that keeps losing actors within one call (more than ``max_replacements``, by default
-twice its size) stops with :class:`ActorPoolError` instead of retrying forever.
+twice its size) stops with :class:`ActorPoolError` instead of retrying forever.  Each actor is
+handed the caller's wall-clock budget (:mod:`marl.infra.budget`) before its work, and a
+:class:`~marl.infra.budget.ReportedError` an actor raises reaches the caller as itself.
 
 Ray is imported when first needed, so importing this module costs nothing.
 """
@@ -16,6 +18,8 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import urlparse
+
+from marl.infra import budget
 
 CONNECT_TIMEOUT_S = 10.0
 
@@ -78,9 +82,9 @@ class ActorPool:
     ) -> list[Any]:
         """``actor.<method>(chunk, *args)`` for every chunk, chunk ``i`` first to actor ``i``;
         the results in chunk order, and to ``on_result`` as each arrives.  Errors raised by
-        the method itself propagate (as Ray's ``RayTaskError``)."""
+        the method itself propagate (as Ray's ``RayTaskError``; a ``ReportedError`` as itself)."""
         import ray
-        from ray.exceptions import RayActorError, WorkerCrashedError
+        from ray.exceptions import RayActorError, RayTaskError, WorkerCrashedError
 
         todo = deque(range(len(chunks)))
         free = deque(range(len(self.actors)))
@@ -90,11 +94,16 @@ class ActorPool:
         while todo or running:
             while todo and free:
                 slot, i = free.popleft(), todo.popleft()
+                self.actors[slot].__ray_call__.remote(_adopt_budget, budget.deadline())
                 running[getattr(self.actors[slot], method).remote(chunks[i], *args)] = (slot, i)
             (ref,), _ = ray.wait(list(running), num_returns=1)
             slot, i = running.pop(ref)
             try:
                 results[i] = ray.get(ref)
+            except RayTaskError as exc:
+                if isinstance(exc.cause, budget.ReportedError):
+                    raise exc.cause from None
+                raise
             except (RayActorError, WorkerCrashedError) as exc:
                 lost += 1
                 if lost > self.max_replacements:
@@ -118,3 +127,8 @@ class ActorPool:
 
         for actor in self.actors:
             ray.kill(actor)
+
+
+def _adopt_budget(actor: Any, when: float | None) -> None:
+    """Run inside an actor (``__ray_call__``): its budget is the caller's."""
+    budget.adopt(when)

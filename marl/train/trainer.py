@@ -38,6 +38,7 @@ from marl.config import TeamConfig
 from marl.config.rules import something_to_train
 from marl.config.schema import dotted
 from marl.games.bots import bot_names
+from marl.infra import budget
 from marl.infra.actors import ActorPoolError
 from marl.infra.layout import resume_point, sweep_orphans
 from marl.infra.seats import ParticipantId
@@ -353,6 +354,7 @@ class Trainer:
         tc = self.tc
         history = []
         deadline = time.monotonic() + 60 * tc.max_minutes if tc.max_minutes else float("inf")
+        budget.adopt(time.time() + 60 * tc.max_minutes if tc.max_minutes else None)  # game calls
         loggers = open_loggers(tc.loggers, self.run_dir, self.cfg, self.step, self.ckpt_metrics)
         ok = False
         try:
@@ -388,6 +390,7 @@ class Trainer:
                     break
             ok = True
         finally:
+            budget.adopt(None)
             for lg in loggers:
                 lg.close(ok)
         return history

@@ -16,6 +16,7 @@ from marl.agents.builder import build_roster
 from marl.agents.hf_policy import HFPolicy
 from marl.agents.host import ModelHost
 from marl.agents.host.prefill import head_clusters
+from marl.agents.host.prompts import CUT
 from marl.agents.models import build_tiny_random
 from marl.agents.openai_backend import EndpointError, OpenAIPolicy
 from marl.agents.participants import ParticipantLoader
@@ -323,7 +324,11 @@ def test_prompts_are_templated_once(host: ModelHost, monkeypatch: pytest.MonkeyP
     again.append(0)  # callers own what they get
     assert host.prompt_ids(req.messages)[0] == first
     short, cut = host.prompt_ids(req.messages, max_tokens=5)
-    assert cut and short == first[-5:]
+    assert cut and short == first[:2] + first[-3:]  # the rules' head and the moves' tail
+    mark = host.text_ids(CUT)
+    short, cut = host.prompt_ids(req.messages, max_tokens=40)
+    head = (40 - len(mark)) // 2
+    assert cut and short == first[:head] + mark + first[len(first) - (40 - len(mark) - head) :]
 
 
 def test_choice_scores_are_remembered_until_a_weight_changes(host: ModelHost) -> None:

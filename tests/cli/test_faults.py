@@ -180,8 +180,9 @@ def test_bad_game_kwargs_unknown_bots_and_targets(tmp_path: Path) -> None:
             extra=("  - {name: b, backend: scripted, model: nosuchbot}\n"),
         )
     )
-    refused(
+    located(  # found by the file's checks, before any model loads
         *cli("play", str(bot), "--episodes", "1", "--out", str(tmp_path / "t.jsonl")),
+        "roles.1.model",
         "no bot 'nosuchbot'",
     )
     targets = tmp_path / "targets.yaml"
@@ -332,3 +333,21 @@ def test_pointers_name_steps_written_by_point(work: Path) -> None:
     run = work / "run"
     point(run, BEST, run / "checkpoints" / "step_000001")
     assert latest_checkpoint(run, BEST) == run / "checkpoints" / "step_000001"
+
+
+def test_an_unknown_scripted_bot_is_refused_by_validate_and_train(tmp_path: Path) -> None:
+    path = tmp_path / "team.yaml"
+    path.write_text(
+        "schema: marl-teams/v1\nname: s\nroles:\n"
+        "  - {name: player, model: tiny-random, adapter: {r: 4, alpha: 8}}\n"
+        "  - {name: bot, model: heuristc, backend: scripted}\n"
+        "game: {name: kuhn_poker}\n" + "train:\n" + TRAIN
+    )
+    for args in (["validate", str(path)], ["train", str(path), "--out", str(tmp_path / "run")]):
+        located(*cli(*args), "roles.1.model", "kuhn_poker has no bot 'heuristc'", "heuristic")
+    assert not (tmp_path / "run").exists()
+
+
+def test_marl_run_refuses_more_episodes_than_it_can_hold() -> None:
+    code, output = cli("run", str(TINY), "--game", "plan_execute", "--episodes", "1000000000000")
+    assert code == 2 and "100000" in output and "Traceback" not in output, output

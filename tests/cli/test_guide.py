@@ -124,3 +124,17 @@ def test_the_guide_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
             proc.wait(timeout=30)
     assert ran == sum(b.kind != "output" for b in blocks(GUIDE.read_text()))
     assert (tmp_path / "run" / "best").exists() and (tmp_path / "cup" / "ratings.csv").exists()
+
+
+def test_the_guides_own_game_passes_the_pettingzoo_api_test(tmp_path: Path, monkeypatch) -> None:
+    """The env the guide teaches from (``my_games.py``) is a correct PettingZoo env."""
+    import importlib
+
+    from pettingzoo.test import api_test
+
+    (source,) = [b.body for b in blocks(GUIDE.read_text()) if b.title == "my_games.py"]
+    (tmp_path / "guide_games.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("guide_games")
+    api_test(module.closest(), num_cycles=50)
+    api_test(module.closest(target=0), num_cycles=50)

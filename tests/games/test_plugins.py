@@ -4,21 +4,17 @@ by ``entry_point`` in team and tournament files, through the plain ``marl`` comm
 from __future__ import annotations
 
 import csv
-import os
-import subprocess
-import sys
 from importlib.metadata import EntryPoint
 from pathlib import Path
 
 import pytest
 from pettingzoo.test import api_test
 
+from helpers import PLUGINS, marl
 from marl import games
 from marl.config import ConfigError, GameConfig, TeamConfig, load_config
 from marl.games import registry
 
-REPO = Path(__file__).parents[2]
-PLUGINS = Path(__file__).parents[1] / "plugins"
 TEAM = """\
 schema: marl-teams/v1
 name: plug
@@ -35,18 +31,6 @@ train:
   group_size: 2
   ray: {{enabled: true}}
 """
-
-
-def marl(*args: str, cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
-    """The installed ``marl`` command (``python -m cli`` without one), with the plugin folder
-    on PYTHONPATH as a user's own package would be installed."""
-    script = Path(sys.executable).with_name("marl")
-    cmd = [str(script)] if script.exists() else [sys.executable, "-m", "marl"]
-    path = os.pathsep.join([str(REPO), str(PLUGINS), os.environ.get("PYTHONPATH", "")])
-    env = {**os.environ, "PYTHONPATH": path, "OMP_WAIT_POLICY": "PASSIVE"}
-    return subprocess.run(
-        [*cmd, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
-    )
 
 
 @pytest.fixture(autouse=True)

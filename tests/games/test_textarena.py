@@ -88,6 +88,56 @@ def test_unknown_ids_and_missing_moves_are_config_problems() -> None:
     assert games.check_config(GameConfig(name="KuhnPoker-v0-long", source="textarena")) is None
 
 
+def views(env, seed: int, actions: list[int]) -> list[str]:
+    """What the seat to move sees at each turn of a game played with ``actions``."""
+    env.reset(seed=seed)
+    seen = []
+    for action in actions:
+        if all(env.terminations.values()):
+            break
+        seen.append(env.observe(env.agent_selection)["text"])
+        env.step(action if action in env.legal_actions() else env.legal_actions()[0])
+    return seen
+
+
+def test_interleaved_games_replay_from_their_seeds() -> None:
+    """TextArena's Kuhn shuffles Python's shared ``random``: each game keeps its own."""
+    actions = [0, 1, 2, 0, 0, 1, 3, 0, 1, 2, 0, 0, 1, 2, 0, 0]
+    for seeds in [(1, 2), (3, 4), (5, 6), (7, 8)]:
+        alone = {s: views(ta("KuhnPoker-v0"), s, actions) for s in seeds}
+        pair = [ta("KuhnPoker-v0") for _ in seeds]
+        for env, s in zip(pair, seeds, strict=True):
+            env.reset(seed=s)
+        seen: dict[int, list[str]] = {s: [] for s in seeds}
+        for action in actions:  # one move in each game in turn
+            for env, s in zip(pair, seeds, strict=True):
+                if not all(env.terminations.values()):
+                    seen[s].append(env.observe(env.agent_selection)["text"])
+                    legal = env.legal_actions()
+                    env.step(action if action in legal else legal[0])
+        assert seen == alone
+        assert views(pair[0], seeds[0], actions) == alone[seeds[0]]  # a reset replays it too
+
+
+def test_games_for_other_player_counts_are_refused_by_validate() -> None:
+    from marl.agents.checks import game_problems
+
+    problems, _ = game_problems(GameConfig(name="Blackjack-v0", source="textarena"), tasks=False)
+    assert problems == [
+        (
+            ("game", "name"),
+            "game Blackjack-v0: reset raised AssertionError: The number of players has to be "
+            "1, received 2",
+        )
+    ]
+
+
+def test_kuhn_says_that_bets_stay_out_of_the_pot() -> None:
+    env = ta("KuhnPoker-v0")
+    env.reset(seed=0)
+    assert "never adds bets to the pot" in env.observe(env.agent_selection)["text"]
+
+
 TEAM = """\
 schema: marl-teams/v1
 name: ta

@@ -13,6 +13,7 @@ import ray
 from doubler import Doubler
 from helpers import tiny_team
 from marl.config import load_config_text
+from marl.infra import budget
 from marl.infra.actors import ActorPool, ActorPoolError, start_ray
 from marl.train.runtime import LocalRuntime, RayRuntime, Runtime
 from marl.train.trainer import Trainer, TrainingError
@@ -93,6 +94,21 @@ def test_a_pool_runs_a_queue_of_chunks_in_order(local_ray) -> None:
         pool.shutdown()
     assert out == [[2], [4, 6], [], [8]]
     assert sorted(seen) == sorted(out) and pool.replaced == 0
+
+
+@pytest.mark.slow
+def test_actors_get_the_callers_budget_and_report_in_one_line(local_ray) -> None:
+    pool = pool_of(1)
+    try:
+        assert pool.map("deadline", [[1]]) == [None]
+        with budget.budget(2.0):
+            assert pool.map("deadline", [[1]]) == [budget.deadline()]
+        with pytest.raises(budget.ReportedError) as raised:
+            pool.map("work", [[-2]], "", False)
+    finally:
+        pool.shutdown()
+    assert type(raised.value) is budget.ReportedError  # itself, not Ray's RayTaskError dump
+    assert str(raised.value) == "game x: step raised ValueError: -2"
 
 
 @pytest.mark.slow

@@ -1,4 +1,5 @@
-"""Prompt encoding: chat-templated, tail-truncated prompt ids, remembered per message list.
+"""Prompt encoding: chat-templated prompt ids, cut in the middle when too long, remembered per
+message list.
 
 Chat templating and tokenising cost ~0.5 ms a prompt; small games repeat a few prompts
 thousands of times, so a host keeps the ids (as int32 arrays: free text makes every prompt
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
     from marl.agents.host import ModelHost
 
 PROMPT_MEMO = 20_000  # distinct message lists whose prompt ids a host remembers (~1-2 KB each)
+CUT = "\n[...]\n"  # where a prompt too long lost its middle
 
 
 class PromptEncoding:
@@ -29,10 +31,11 @@ class PromptEncoding:
     def prompt_ids(
         self, messages: list[dict[str, str]], max_tokens: int = 1024
     ) -> tuple[list[int], bool]:
-        """Chat-template the messages; keep the last ``max_tokens`` tokens if too long.
+        """Chat-template the messages; if longer than ``max_tokens``, keep the first and the
+        last tokens, half the budget each, and cut the middle (marked :data:`CUT`).
 
-        The tail holds the current state and the legal moves, so it is what must survive.
-        Returns the ids and whether they were truncated.
+        The head holds the rules, the tail the current state and the legal moves: both must
+        survive; what goes is the oldest history.  Returns the ids and whether they were cut.
         """
         key = (tuple(tuple(sorted(m.items())) for m in messages), max_tokens)
         if key not in self._prompt_memo:
@@ -44,7 +47,7 @@ class PromptEncoding:
         if cut:
             self.truncations += 1
             warnings.warn(
-                f"prompt truncated to its last {max_tokens} tokens (decoding.max_prompt_tokens)",
+                f"prompt cut to {max_tokens} tokens in its middle (decoding.max_prompt_tokens)",
                 stacklevel=2,
             )
         return list(ids), cut
@@ -58,7 +61,11 @@ class PromptEncoding:
         ids = tok(text, add_special_tokens=False)["input_ids"]
         if len(ids) <= max_tokens:
             return ids, False
-        return ids[-max_tokens:], True
+        cut = self.text_ids(CUT)
+        if 2 * len(cut) > max_tokens:
+            cut = []
+        head = (max_tokens - len(cut)) // 2
+        return ids[:head] + cut + ids[len(ids) - (max_tokens - len(cut) - head) :], True
 
     def text_ids(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]

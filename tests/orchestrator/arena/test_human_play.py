@@ -142,3 +142,12 @@ def test_play_writes_transcripts_under_a_fresh_play_folder(
     [folder] = (tmp_path / "runs").iterdir()
     assert folder.name.startswith("play-")
     assert len((folder / "transcripts.jsonl").read_text().splitlines()) == 1
+
+
+def test_digits_that_are_no_number_are_asked_again(tmp_path: Path) -> None:
+    # "²" and "①" are digits to str.isdigit but no number to int(): asked again, not a crash
+    out = play(
+        "--against", "random", "--episodes", "1", "--out", str(tmp_path), stdin="²\n①\n1\n1\n1\n"
+    )
+    assert "'²' is not one of your moves" in out and "'①' is not one of your moves" in out
+    assert "game 1 over" in out
