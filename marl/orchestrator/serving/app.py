@@ -182,9 +182,10 @@ def _sampling(body: ChatCompletionRequest, team: Team, limits: Limits) -> Sampli
     if body.n > 1 and body.stream:
         raise RequestError(400, "n > 1 is not streamed; ask without stream", param="n")
     sampling = Sampling.of(body)
-    why = unsupported(team, sampling)
-    if why is not None:
-        raise RequestError(400, why, param=why.split(":", 1)[0])
+    refused = unsupported(team, sampling)
+    if refused is not None:
+        param, why = refused
+        raise RequestError(400, f"{param}: {why}", param=param)
     return sampling
 
 

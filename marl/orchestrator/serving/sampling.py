@@ -58,16 +58,16 @@ def samples(policy: Policy) -> bool:
     return hasattr(policy, "reseed") and hasattr(policy, "temperature")
 
 
-def unsupported(team: Team, sampling: Sampling) -> str | None:
-    """Why ``team`` cannot honour ``sampling`` (naming the parameter), or None."""
+def unsupported(team: Team, sampling: Sampling) -> tuple[str, str] | None:
+    """The first parameter of ``sampling`` that ``team`` cannot honour, and why; or None."""
     policies = {id(a.policy): a for a in team.agents.values() if samples(a.policy)}
     for param in sampling.given():
         if not policies:
-            return f"{param}: no role of team {team.name!r} samples from a model"
+            return param, f"no role of team {team.name!r} samples from a model"
         attribute = ATTRIBUTES.get(param)
         for agent in policies.values():
             if attribute is not None and not hasattr(agent.policy, attribute):
-                return f"{param}: role {agent.role!r} cannot take it (its backend has no {param})"
+                return param, f"role {agent.role!r} cannot take it (its backend has no {param})"
     return None
 
 

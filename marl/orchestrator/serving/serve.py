@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import resource
 import socket
 import threading
 import time
@@ -74,6 +75,7 @@ class TeamServer:
         **app_kwargs: Any,
     ) -> None:
         self.app = create_app(team, limits=limits, **app_kwargs)
+        self.limits = limits
         self.batcher: TeamBatcher = self.app.state.batcher
         self.model_id: str = self.app.state.model_id
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -171,8 +173,23 @@ def game_warning(team: Team) -> str | None:
     )
 
 
+def raise_open_files(limits: Limits) -> None:
+    """Raise this process's soft open-file limit (up to the hard one) so ``max_requests``
+    connections and the process's own files fit: past it, the server cannot accept a
+    connection, not even a health check's."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = limits.max_requests + 1024
+    if soft != resource.RLIM_INFINITY and soft < want:
+        resource.setrlimit(
+            resource.RLIMIT_NOFILE,
+            (want if hard == resource.RLIM_INFINITY else min(want, hard), hard),
+        )
+
+
 def run_until_interrupted(server: TeamServer) -> None:
-    """Serve until Ctrl-C or SIGTERM, then shut down."""
+    """Serve until Ctrl-C or SIGTERM (with the open files its limits need), then shut
+    down."""
+    raise_open_files(server.limits)
     try:
         server.serve_forever()
     except KeyboardInterrupt:  # uvicorn shut down, then raised the signal again
