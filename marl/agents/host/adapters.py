@@ -171,6 +171,8 @@ class Adapters:
             self._fill_adapter(name, path)
         except AdapterMismatch:
             self.delete_adapter(name)
+            if self._active == name:
+                self._active = None
             raise
 
     def _fill_adapter(self, name: str, path: Path) -> None:
