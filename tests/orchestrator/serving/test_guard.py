@@ -10,13 +10,14 @@ import time
 
 import httpx
 import pytest
-from test_serve import QUESTION, tiny_chain
 
-from helpers import tiny_team
+from helpers import tiny_chain, tiny_team
 from marl.config import load_config_text
 from marl.orchestrator.serving.api import Limits
 from marl.orchestrator.serving.serve import game_warning, make_server
 from marl.orchestrator.team import Team
+
+QUESTION = "What is 3 + 4?"
 
 
 @pytest.fixture(scope="module")

@@ -7,12 +7,13 @@ from typing import Any
 
 import httpx
 import pytest
-from test_serve import QUESTION, Gate, tiny_chain
 
+from helpers import Gate, tiny_chain
 from marl.orchestrator.serving.serve import TeamServer, make_server
 from marl.orchestrator.team import Team
 
 MODEL = "solver-critic-judge"
+QUESTION = "What is 3 + 4?"
 
 
 @pytest.fixture(scope="module")
