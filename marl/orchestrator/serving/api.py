@@ -106,7 +106,6 @@ NEUTRAL: dict[str, Any] = {
     "frequency_penalty": 0,
     "presence_penalty": 0,
     "tools": [],
-    "user": ...,  # an end user's id, for the operator's logs: any string is fine
 }
 
 
@@ -126,7 +125,7 @@ class ChatCompletionRequest(BaseModel):
     n: int = Field(1, ge=1)
     stop: list[str] = Field(default_factory=list, max_length=4)
     seed: int | None = Field(None, ge=0, lt=2**63)
-    user: str | None = None
+    user: str | None = None  # an end user's id, for the operator: no effect on the answer
 
     @model_validator(mode="before")
     @classmethod
@@ -135,9 +134,7 @@ class ChatCompletionRequest(BaseModel):
         if not isinstance(data, dict):
             return data
         return {
-            k: v
-            for k, v in data.items()
-            if v is not None and (k not in NEUTRAL or NEUTRAL[k] is ... or v != NEUTRAL[k])
+            k: v for k, v in data.items() if v is not None and (k not in NEUTRAL or v != NEUTRAL[k])
         }
 
     @field_validator("stop", mode="before")
