@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -158,3 +159,40 @@ def marl(*args: str, cwd: Path, timeout: int = 300) -> subprocess.CompletedProce
     return subprocess.run(
         [*cmd, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
     )
+
+
+def tiny_chain():
+    """The solver-critic-judge recipe on the tiny model, greedy, 12 tokens a turn."""
+    from marl.config import load_config
+
+    cfg = load_config(RECIPES / "solver_critic_judge.yaml")
+    return cfg.model_copy(
+        update={
+            "roles": [
+                r.model_copy(
+                    update={
+                        "model": "tiny-random",
+                        "decoding": r.decoding.model_copy(
+                            update={"max_new_tokens": 12, "temperature": 0.0}
+                        ),
+                    }
+                )
+                for r in cfg.roles
+            ]
+        }
+    )
+
+
+class Gate:
+    """A policy that holds its calls until released, and records each batch's questions."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.batches: list[list[str]] = []
+
+    def act(self, requests: list[Request]) -> list[Response]:
+        self.entered.set()
+        self.release.wait(30)
+        self.batches.append([r.messages[-1]["content"].split("\n", 1)[0] for r in requests])
+        return [Response(text=f"answer {len(self.batches)}") for _ in requests]

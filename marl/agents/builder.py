@@ -100,6 +100,15 @@ def _host(role: RoleConfig, ctx: BuildContext) -> tuple[ModelHost, str | None]:
     return host, role.name
 
 
+def load_trained_adapters(cfg: TeamConfig, adapters: Mapping[str, str | Path]) -> None:
+    """Load each role's trained PEFT folder into its base model as a built team would (every
+    tensor checked), building no policy: how an export checks what it copies."""
+    hosts: dict[str, ModelHost] = {}
+    for role in cfg.roles:
+        if role.name in adapters:
+            _host(role, BuildContext(cfg, hosts, 0, adapters[role.name]))
+
+
 def _hf(role: RoleConfig, ctx: BuildContext) -> Policy:
     return hf_role_policy(*_host(role, ctx), role, ctx.seed)
 

@@ -69,6 +69,7 @@ def serve_cmd(
     from marl.orchestrator.serving.serve import (
         ServeError,
         exposure_warning,
+        game_warning,
         open_server,
         ready_line,
         run_until_interrupted,
@@ -85,8 +86,9 @@ def serve_cmd(
         server = open_server(runtime, host, port, api_key=key, max_batch=max_batch)
     except ServeError as exc:
         fail(str(exc))
-    if warning := exposure_warning(host, key):
-        typer.echo(f"warning: {warning}", err=True)
+    for warning in (exposure_warning(host, key), game_warning(runtime)):
+        if warning is not None:
+            typer.echo(f"warning: {warning}", err=True)
     typer.echo(ready_line(server, runtime))
     run_until_interrupted(server)
 

@@ -31,6 +31,7 @@ def train_cmd(
 
     from rich.console import Console
 
+    from marl.agents.host.adapters import AdapterMismatch
     from marl.agents.models import ModelError
     from marl.infra.actors import RayStartError
     from marl.infra.layout import LayoutError, has_history, run_lock
@@ -48,7 +49,14 @@ def train_cmd(
     try:
         with writing(out), run_lock(Path(out)):  # one trainer per run folder
             trainer = _train(cfg, out, resume, console)
-    except (TrainingError, ModelError, LayoutError, RayStartError, FileNotFoundError) as exc:
+    except (
+        TrainingError,
+        ModelError,
+        LayoutError,
+        RayStartError,
+        FileNotFoundError,
+        AdapterMismatch,
+    ) as exc:
         fail(str(exc))
     console.print(
         f"done: {trainer.step} steps; metrics {Path(out) / 'metrics.jsonl'}, "

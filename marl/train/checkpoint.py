@@ -31,10 +31,10 @@ import yaml
 from peft import LoraConfig
 from safetensors.torch import load_file, save_file
 
+from marl.agents.host.adapters import ADAPTER_WEIGHTS, AdapterMismatch, read_adapter_file
 from marl.config import TeamConfig
 from marl.infra.atomic import atomic_write
 from marl.infra.layout import (
-    ADAPTERS,
     LATEST,
     LEAGUE,
     STATE_FILE,
@@ -63,7 +63,7 @@ def save_adapter_folder(weights: dict[str, torch.Tensor], role, path: Path) -> N
         target_modules=a.targets,
         task_type="CAUSAL_LM",
     ).save_pretrained(str(path))
-    _save_tensors(weights, path / "adapter_model.safetensors")
+    _save_tensors(weights, path / ADAPTER_WEIGHTS)
 
 
 def _flatten_optimizer(state: dict) -> tuple[dict[str, torch.Tensor], dict]:
@@ -144,17 +144,23 @@ def save_checkpoint(
     return final
 
 
-def load_checkpoint(path: Path) -> Checkpoint:
+def load_adapter_weights(path: Path, expected: Weights) -> Weights:
+    """Each role's adapter tensors in checkpoint ``path``, checked against ``expected`` (the
+    adapters the run trains, role -> name -> tensor; :func:`read_adapter_file`)."""
+    weights = {}
+    for role, tensors in expected.items():
+        file = adapter_folder(path, role) / ADAPTER_WEIGHTS
+        if not file.is_file():
+            raise AdapterMismatch(f"{file} is missing: the checkpoint has no adapter for {role!r}")
+        weights[role] = read_adapter_file(file, tensors)
+    return weights
+
+
+def load_checkpoint(path: Path, expected: Weights) -> Checkpoint:
+    """The checkpoint in ``path``; its adapters are checked against ``expected`` (the run's
+    adapters, as :meth:`Runtime.weights` gives them), so a damaged one is refused by name."""
     state = json.loads((path / STATE_FILE).read_text())
-    adapters = path / ADAPTERS  # absent when no role has an adapter (topology-only runs)
-    weights = (
-        {
-            d.name: load_file(str(d / "adapter_model.safetensors"))
-            for d in sorted(adapters.iterdir())
-        }
-        if adapters.is_dir()
-        else {}
-    )
+    weights = load_adapter_weights(path, expected)
     optimizer_states = {}
     for meta_file in sorted((path / "optimizer").glob("*.json")):
         opt, meta = load_optimizer_state(meta_file.with_suffix(""))

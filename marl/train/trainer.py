@@ -333,7 +333,7 @@ class Trainer:
             self.magnet.save(folder)
 
     def _restore(self, path: Path) -> None:
-        ck = load_checkpoint(path)
+        ck = load_checkpoint(path, self.runtime.weights())
         self.step = ck.step
         self.bad_steps = ck.state.get("bad_steps", 0)
         self.best.record = ck.state.get("best")

@@ -123,6 +123,30 @@ def test_adapter_save_load_roundtrip(host: ModelHost, tmp_path: Path) -> None:
     assert lp == pytest.approx(lp2, abs=1e-5)
 
 
+@pytest.mark.parametrize("first", [True, False])
+def test_a_damaged_adapter_is_refused_by_file_and_tensor(
+    host: ModelHost, tmp_path: Path, first: bool
+) -> None:
+    from safetensors.torch import load_file, save_file
+
+    from marl.agents.host.adapters import AdapterMismatch
+
+    host.save_adapter("red", tmp_path / "ad")
+    file = tmp_path / "ad" / "adapter_model.safetensors"
+    good = load_file(str(file))
+    name = sorted(good)[-1]
+    save_file({**good, name: good[name][:-1]}, str(file))
+    # a new name is attached, refused and removed again, the host's first adapter or not
+    other = ModelHost(*build_tiny_random()) if first else host
+    before = list(other.adapters)
+    with pytest.raises(AdapterMismatch, match=f"{file}: tensor {name} has shape"):
+        other.load_adapter("copy", tmp_path / "ad")
+    assert other.adapters == before
+    save_file(good, str(file))
+    other.load_adapter("copy", tmp_path / "ad")  # the repaired file loads under that name
+    assert "copy" in other.adapters
+
+
 class Garbage:
     """A policy whose text never names a move: the malformed-model-output case."""
 

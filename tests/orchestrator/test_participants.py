@@ -80,6 +80,6 @@ def test_checkpoints_keep_the_written_snapshot_ids(tmp_path: Path) -> None:
     ck = save_checkpoint(tmp_path / "run", 5, load_config(TINY), {}, {}, {sid: weights}, state)
     assert (ck / "league" / "snap_5.safetensors").is_file()
     assert json.loads((ck / "state.json").read_text())["league"] == state["league"]
-    loaded = load_checkpoint(ck)
+    loaded = load_checkpoint(ck, {})
     assert list(loaded.snapshots) == [sid]
     assert torch.equal(loaded.snapshots[sid]["player"]["w"], torch.ones(2))

@@ -1,6 +1,11 @@
 """LoRA adapters on the host's base model: add, load (checked), save, weights in and out,
 activation per block, and the public view the learner trains through.
 
+Every saved adapter is read through :func:`read_adapter_file`, against the tensors of the
+adapter it goes into: a damaged file (cut short, a tensor missing, another shape, integer
+tensors) is one :class:`AdapterMismatch` naming the file and the tensor, never a traceback
+from deep in safetensors or PEFT, nor a network loaded half or cast in silence.
+
 Roles name their adapter; the host switches adapters per batch (PEFT ``set_adapter``), so the
 base weights exist once.  A block without an adapter runs the base with every adapter
 disabled (also the frozen reference a KL term compares against).
@@ -9,17 +14,62 @@ disabled (also the frozen reference a KL term compares against).
 from __future__ import annotations
 
 import contextlib
-import json
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 
+ADAPTER_CONFIG, ADAPTER_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"
+
 
 class AdapterMismatch(ValueError):
-    """A saved adapter that does not fit the adapter configured under its name."""
+    """A saved adapter that cannot be read or does not fit the adapter it goes into; the
+    message names the file (and the tensor)."""
+
+
+def read_adapter_file(file: Path, expected: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The tensors of a saved adapter, checked against ``expected`` (the adapter they go
+    into, name -> tensor): a readable safetensors file with the same tensor names, each of the
+    same shape and of a floating-point dtype."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        weights = load_file(str(file))
+    except (SafetensorError, OSError) as exc:
+        raise AdapterMismatch(f"{file}: not a readable safetensors file ({exc})") from None
+    for names, why in (
+        (sorted(set(expected) - set(weights)), "is missing"),
+        (sorted(set(weights) - set(expected)), "is no parameter of this adapter"),
+    ):
+        if names:
+            more = f" (and {len(names) - 1} more)" if len(names) > 1 else ""
+            raise AdapterMismatch(
+                f"{file}: tensor {names[0]} {why}{more}; the file is damaged or was "
+                "written for other adapter.targets"
+            )
+    for name, want in expected.items():
+        got = weights[name]
+        if not got.is_floating_point():
+            raise AdapterMismatch(f"{file}: tensor {name} is {got.dtype}, not floating point")
+        if got.shape != want.shape:
+            raise AdapterMismatch(
+                f"{file}: tensor {name} has shape {list(got.shape)} but the model's "
+                f"adapter has {list(want.shape)}; check adapter.r and the base model"
+            )
+    return weights
+
+
+def read_adapter_config(path: Path) -> LoraConfig:
+    """The LoRA settings of the PEFT folder ``path`` (JSON only)."""
+    try:
+        return LoraConfig.from_pretrained(str(path))
+    except (OSError, ValueError, TypeError) as exc:
+        raise AdapterMismatch(
+            f"{path / ADAPTER_CONFIG}: not a readable LoRA config ({exc})"
+        ) from None
 
 
 def _owner(param_name: str, adapters: list[str]) -> str | None:
@@ -90,53 +140,52 @@ class Adapters:
             nested.rmdir()
 
     def load_adapter(self, name: str, path: str | Path, trainable: bool = False) -> None:
-        """Load a saved PEFT folder as adapter ``name``, reading JSON and safetensors only.
+        """Load a saved PEFT folder as adapter ``name``, reading JSON and safetensors only,
+        every tensor checked (:func:`read_adapter_file`).
 
         A ``name`` the host already holds (a role's adapter, built from its config) takes the
         folder's weights, and the two must agree: a different rank, alpha or set of tensors
         would otherwise load a different network silently (:class:`AdapterMismatch`).  A new
-        ``name`` is attached with the folder's own settings.
+        ``name`` is attached with the folder's own settings (and removed again if its weights
+        do not fit).
         """
         path = Path(path)
-        conf_file, weights_file = path / "adapter_config.json", path / "adapter_model.safetensors"
-        if not conf_file.is_file() or not weights_file.is_file():
+        if not (path / ADAPTER_CONFIG).is_file() or not (path / ADAPTER_WEIGHTS).is_file():
             raise FileNotFoundError(
-                f"{path} is not a PEFT adapter folder (needs "
-                "adapter_config.json and adapter_model.safetensors)"
+                f"{path} is not a PEFT adapter folder (needs {ADAPTER_CONFIG} and "
+                f"{ADAPTER_WEIGHTS})"
             )
         if name in self.adapters:
             self._fill_adapter(name, path)
             return
-        # PEFT reads adapter_model.safetensors when it is there (checked above), never pickle
+        config = read_adapter_config(path)
+        config.inference_mode = not trainable
         if isinstance(self.model, PeftModel):
-            self.model.load_adapter(str(path), adapter_name=name, is_trainable=trainable)
+            self.model.add_adapter(name, config)
         else:
-            self.model = PeftModel.from_pretrained(
-                self.model, str(path), adapter_name=name, is_trainable=trainable
-            ).eval()
+            self.model = get_peft_model(self.model, config, adapter_name=name).eval()
             self._active = name
         self.adapters.append(name)
         self._forget(name)
+        try:
+            self._fill_adapter(name, path)
+        except AdapterMismatch:
+            self.delete_adapter(name)
+            if self._active == name:
+                self._active = None
+            raise
 
     def _fill_adapter(self, name: str, path: Path) -> None:
         """The weights of the PEFT folder ``path`` into the existing adapter ``name``."""
-        from safetensors.torch import load_file
-
-        saved = json.loads((path / "adapter_config.json").read_text())
+        saved = read_adapter_config(path)
         current = self.adapter_config(name)
         for key in ("r", "lora_alpha"):
-            if saved.get(key) != getattr(current, key):
+            if getattr(saved, key) != getattr(current, key):
                 raise AdapterMismatch(
-                    f"{path} has {key}={saved.get(key)} but the config says {getattr(current, key)}"
+                    f"{path / ADAPTER_CONFIG} has {key}={getattr(saved, key)} but the config "
+                    f"says {getattr(current, key)}"
                 )
-        weights = load_file(str(path / "adapter_model.safetensors"))
-        expected = set(self.adapter_weights(name))
-        if set(weights) != expected:
-            diff = sorted(set(weights) ^ expected)
-            raise AdapterMismatch(
-                f"{path} holds other tensors than the configured adapter "
-                f"(e.g. {diff[:2]}); check adapter.targets in team.yaml"
-            )
+        weights = read_adapter_file(path / ADAPTER_WEIGHTS, self.adapter_weights(name))
         self.set_adapter_weights(name, weights)
 
     @contextlib.contextmanager

@@ -1,8 +1,11 @@
-"""The team server's FastAPI app: routes, server-sent events and the guard middleware.
+"""The team server's FastAPI app: routes, server-sent events, behind :class:`.guard.Guard`.
 
-- ``GET /v1/models``: the one model served, named after the team;
+- ``GET /v1/models``: the one model served, named after the team, with what the team was
+  made for under ``marl`` (a game team also says ``X-Marl-Game-Team: <game>`` in every
+  answer: served, its agents write free text, which they were not trained for);
 - ``POST /v1/chat/completions``: the team runs on the last user message and its answer is the
-  assistant message; ``stream: true`` answers with server-sent events
+  assistant message (``n`` runs, ``n`` choices; the sampling parameters of :mod:`.sampling`);
+  ``stream: true`` answers with server-sent events
   (``chat.completion.chunk`` objects, then ``data: [DONE]``): each agent's turn as it finishes
   (``delta.reasoning_content``, the turn itself under ``marl.turn``, and an SSE comment so
   proxies see progress), then the answer as ``delta.content``;
@@ -15,7 +18,6 @@
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import time
 import uuid
@@ -33,12 +35,20 @@ from marl.orchestrator.serving.api import (
     ChatCompletionRequest,
     Limits,
     RequestError,
+    game_of,
     last_user_message,
     usage,
     validation_error,
 )
 from marl.orchestrator.serving.batcher import Job, TeamBatcher
+from marl.orchestrator.serving.guard import Guard
 from marl.orchestrator.serving.metrics import Metrics
+from marl.orchestrator.serving.sampling import (
+    Sampling,
+    finish_reason,
+    stopped,
+    unsupported,
+)
 from marl.orchestrator.team import NodeMessage, Team, TeamResult
 
 
@@ -49,65 +59,6 @@ def _pieces(text: str, size: int = 4) -> list[str]:
         " ".join(words[i : i + size]) + (" " if i + size < len(words) else "")
         for i in range(0, len(words), size)
     ] or [""]
-
-
-class _Guard:
-    """ASGI middleware in front of every route: the API key (constant-time comparison; the
-    ``public`` paths, the API docs, need none), the body bound (413 before the app reads
-    past it), and each answer's status and time to its last byte in :class:`Metrics`."""
-
-    def __init__(
-        self,
-        app: Any,
-        limits: Limits,
-        metrics: Metrics,
-        api_key: str | None,
-        public: frozenset[str],
-    ) -> None:
-        self.app, self.limits, self.metrics, self.public = app, limits, metrics, public
-        self.expected = None if api_key is None else f"Bearer {api_key}".encode()
-
-    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        start, status, limit = time.perf_counter(), [500], self.limits.max_body_bytes
-        headers = dict(scope["headers"])
-        received = 0
-
-        async def counted_receive() -> dict:
-            nonlocal received
-            message = await receive()
-            received += len(message.get("body", b""))
-            if received > limit:  # FastAPI passes HTTPExceptions from body reading through
-                raise StarletteHTTPException(413, f"the request body is over {limit} bytes")
-            return message
-
-        async def observed_send(message: dict) -> None:
-            if message["type"] == "http.response.start":
-                status[0] = message["status"]
-            await send(message)
-            if message["type"] == "http.response.body" and not message.get("more_body"):
-                route = getattr(scope.get("route"), "path", "other")
-                self.metrics.request(scope["method"], route, status[0], time.perf_counter() - start)
-
-        length = headers.get(b"content-length", b"0")
-        if (
-            self.expected is not None
-            and scope["path"] not in self.public
-            and not hmac.compare_digest(headers.get(b"authorization", b""), self.expected)
-        ):
-            error = RequestError(
-                401, "missing or wrong API key (Authorization: Bearer ...)", code="invalid_api_key"
-            )
-        elif length.isdigit() and int(length) > limit:
-            error = RequestError(413, f"the request body is over {limit} bytes")
-        else:
-            await self.app(scope, counted_receive, observed_send)
-            return
-        response = error.response()
-        response.headers["Connection"] = "close"  # the unread body must not become a request
-        await response(scope, receive, observed_send)
 
 
 def create_app(
@@ -140,7 +91,7 @@ def create_app(
         for p in (app.docs_url, app.openapi_url, app.redoc_url, app.swagger_ui_oauth2_redirect_url)
         if p
     )
-    app.add_middleware(_Guard, limits=limits, metrics=metrics, api_key=api_key, public=public)
+    app.add_middleware(Guard, limits=limits, metrics=metrics, api_key=api_key, public=public)
     _add_routes(app, team, limits)
     return app
 
@@ -171,16 +122,32 @@ ERROR_HANDLERS: dict[Any, Callable] = {
 }
 
 
-def _add_routes(app: FastAPI, team: Team, limits: Limits) -> None:
-    batcher: TeamBatcher = app.state.batcher
-    metrics: Metrics = app.state.metrics
-    model_id: str = app.state.model_id
-    model_card = {
+def _model_card(team: Team, model_id: str) -> dict[str, Any]:
+    """The ``/v1/models`` entry; under ``marl``, what the team was made for and how it is
+    served (a game team answers chat messages in free text, which it was not trained for)."""
+    game = game_of(team)
+    return {
         "id": model_id,
         "object": "model",
         "created": int(time.time()),
         "owned_by": "marl-teams",
+        "marl": {
+            "team": team.name,
+            "made_for": "game" if game is not None else "task",
+            "game": team.cfg.game.name,
+            "served_as": "free-text chat",
+        },
     }
+
+
+def _add_routes(app: FastAPI, team: Team, limits: Limits) -> None:
+    batcher: TeamBatcher = app.state.batcher
+    metrics: Metrics = app.state.metrics
+    model_id: str = app.state.model_id
+    model_card = _model_card(team, model_id)
+    game = game_of(team)
+    # every answer of a game team says so: its agents were trained to play, not to chat
+    headers = {} if game is None else {"X-Marl-Game-Team": game}
 
     @app.get("/health")
     async def health() -> dict[str, str]:
@@ -202,13 +169,31 @@ def _add_routes(app: FastAPI, team: Team, limits: Limits) -> None:
 
     @app.post("/v1/chat/completions", response_model=None)
     async def chat_completions(body: ChatCompletionRequest) -> JSONResponse | StreamingResponse:
-        return await _complete(body, batcher, model_id, limits)
+        response = await _complete(body, team, batcher, model_id, limits)
+        response.headers.update(headers)
+        return response
+
+
+def _sampling(body: ChatCompletionRequest, team: Team, limits: Limits) -> Sampling:
+    """The request's sampling, refused (400, naming the parameter) where the team cannot
+    honour it."""
+    if body.n > limits.max_choices:
+        raise RequestError(400, f"n is over {limits.max_choices}", param="n")
+    if body.n > 1 and body.stream:
+        raise RequestError(400, "n > 1 is not streamed; ask without stream", param="n")
+    sampling = Sampling.of(body)
+    refused = unsupported(team, sampling)
+    if refused is not None:
+        param, why = refused
+        raise RequestError(400, f"{param}: {why}", param=param)
+    return sampling
 
 
 async def _complete(
-    body: ChatCompletionRequest, batcher: TeamBatcher, model_id: str, limits: Limits
+    body: ChatCompletionRequest, team: Team, batcher: TeamBatcher, model_id: str, limits: Limits
 ) -> JSONResponse | StreamingResponse:
-    """``POST /v1/chat/completions``: the team's answer, whole or as server-sent events."""
+    """``POST /v1/chat/completions``: the team's answers (``n``), whole or as server-sent
+    events."""
     if body.model is not None and body.model != model_id:
         raise RequestError(
             404,
@@ -217,41 +202,55 @@ async def _complete(
             param="model",
         )
     task = last_user_message(body.messages, limits)
-    job = batcher.submit(task, asyncio.get_running_loop())
+    sampling = _sampling(body, team, limits)
+    samplings = [sampling.choice(i) for i in range(body.n)]
+    jobs = batcher.submit(task, asyncio.get_running_loop(), samplings)
     meta = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": model_id}
     deadline = time.monotonic() + limits.request_timeout_s
     if body.stream:
         include_usage = body.stream_options is not None and body.stream_options.include_usage
         return StreamingResponse(
-            _sse(job, meta, include_usage, deadline),
+            _sse(jobs[0], meta, include_usage, deadline, body.stop),
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"},
         )
-    while True:
-        item = await _next(job, deadline)
+    results = []
+    for job in jobs:
+        while isinstance(item := await _next(job, deadline), NodeMessage):
+            pass
         if isinstance(item, RequestError):
             return item.response()
-        if isinstance(item, TeamResult):
-            return JSONResponse(_completion(meta, item))
+        results.append(item)
+    return JSONResponse(_completion(meta, results, samplings, body.stop))
 
 
-def _completion(meta: dict[str, Any], result: TeamResult) -> dict[str, Any]:
-    """A ``chat.completion`` object; the team's messages and transcript under ``marl``."""
+def _choice(i: int, result: TeamResult, sampling: Sampling, stops: list[str]) -> dict[str, Any]:
+    answer, found = stopped(result.answer, stops)
+    return {
+        "index": i,
+        "finish_reason": finish_reason(result, sampling, found),
+        "logprobs": None,
+        "message": {"role": "assistant", "content": answer},
+    }
+
+
+def _completion(
+    meta: dict[str, Any], results: list[TeamResult], samplings: list[Sampling], stops: list[str]
+) -> dict[str, Any]:
+    """A ``chat.completion`` object, a choice per result; usage sums them, and the first
+    one's messages and transcript are under ``marl``."""
+    totals = [usage(r) for r in results]
+    first = results[0]
     return {
         **meta,
         "object": "chat.completion",
         "choices": [
-            {
-                "index": 0,
-                "finish_reason": "stop",
-                "logprobs": None,
-                "message": {"role": "assistant", "content": result.answer},
-            }
+            _choice(i, r, s, stops) for i, (r, s) in enumerate(zip(results, samplings, strict=True))
         ],
-        "usage": usage(result),
+        "usage": {k: sum(t[k] for t in totals) for k in totals[0]},
         "marl": {
-            "messages": result.messages,
-            "decided_by": result.decided_by,
-            "transcript": [t.to_dict() for t in result.transcript],
+            "messages": first.messages,
+            "decided_by": first.decided_by,
+            "transcript": [t.to_dict() for t in first.transcript],
         },
     }
 
@@ -265,9 +264,10 @@ async def _next(job: Job, deadline: float) -> NodeMessage | TeamResult | Request
 
 
 async def _sse(
-    job: Job, meta: dict[str, Any], include_usage: bool, deadline: float
+    job: Job, meta: dict[str, Any], include_usage: bool, deadline: float, stops: list[str]
 ) -> AsyncIterator[str]:
-    """The job's events as server-sent ``chat.completion.chunk`` events."""
+    """The job's events as server-sent ``chat.completion.chunk`` events (its answer cut at
+    the first of ``stops``)."""
     meta = {**meta, "object": "chat.completion.chunk"}
 
     def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> str:
@@ -299,9 +299,10 @@ async def _sse(
             + "\n\n"
         )
         return
-    for piece in _pieces(item.answer):
+    answer, found = stopped(item.answer, stops)
+    for piece in _pieces(answer):
         yield chunk({"content": piece})
-    yield chunk({}, "stop")
+    yield chunk({}, finish_reason(item, job.sampling, found))
     if include_usage:
         yield "data: " + json.dumps({**meta, "choices": [], "usage": usage(item)}) + "\n\n"
     yield "data: [DONE]\n\n"

@@ -1,8 +1,9 @@
 """The team server's batcher: one worker thread that runs queued requests in batches.
 
-A worker thread takes every request waiting (up to ``max_batch``) and runs them with one
-:meth:`Team.run_batch`, so their turns share model calls; when a batch fails, its requests run
-again one by one, so only a bad one gets the error.
+A worker thread takes every request waiting (up to ``max_batch``) and runs those with the same
+sampling parameters with one :meth:`Team.run_batch`, so their turns share model calls (a
+request with a seed runs alone, on a team sampled as it asks: :mod:`.sampling`); when a batch
+fails, its requests run again one by one, so only a bad one gets the error.
 """
 
 from __future__ import annotations
@@ -11,11 +12,13 @@ import asyncio
 import contextlib
 import logging
 import queue
+import random
 import threading
 from dataclasses import dataclass, field
 
 from marl.orchestrator.serving.api import RequestError
 from marl.orchestrator.serving.metrics import Metrics
+from marl.orchestrator.serving.sampling import Sampling, sampled_team
 from marl.orchestrator.team import NodeMessage, Team, TeamResult
 
 log = logging.getLogger(__name__)
@@ -28,6 +31,7 @@ class Job:
 
     task: str
     loop: asyncio.AbstractEventLoop
+    sampling: Sampling = Sampling()
     events: asyncio.Queue = field(default_factory=asyncio.Queue)
     turns_sent: int = 0
 
@@ -41,6 +45,16 @@ def _failure(exc: Exception) -> RequestError:
     if isinstance(exc, UnicodeError):
         return RequestError(400, f"the team cannot read this input: {exc}")
     return RequestError(500, f"the team failed: {exc}", code="server_error")
+
+
+def _groups(jobs: list[Job]) -> list[list[Job]]:
+    """The jobs that may run as one batch: the same sampling, and no seed (a seeded job runs
+    alone, so its samples do not depend on other requests)."""
+    groups: dict[object, list[Job]] = {}
+    for i, job in enumerate(jobs):
+        key = i if job.sampling.seed is not None else job.sampling
+        groups.setdefault(key, []).append(job)
+    return list(groups.values())
 
 
 class TeamBatcher:
@@ -60,21 +74,30 @@ class TeamBatcher:
         self.queue: queue.Queue[Job | None] = queue.Queue()
         self.pending = 0  # submitted and not yet answered
         self._lock = threading.Lock()
+        self.rng = random.Random()  # the seeds of requests that give none
         self.thread = threading.Thread(target=self._loop, name="team-batcher", daemon=True)
         self.thread.start()
 
-    def submit(self, task: str, loop: asyncio.AbstractEventLoop) -> Job:
+    def submit(
+        self,
+        task: str,
+        loop: asyncio.AbstractEventLoop,
+        samplings: list[Sampling] | None = None,
+    ) -> list[Job]:
+        """One job per sampling (a request's ``n`` choices), queued together or not at all."""
+        samplings = samplings or [Sampling()]
         with self._lock:
-            if self.pending >= self.max_queue:
+            if self.pending + len(samplings) > self.max_queue:
                 raise RequestError(
                     429,
                     f"{self.pending} requests are waiting; try again later",
                     code="rate_limit_exceeded",
                 )
-            self.pending += 1
-        job = Job(task, loop)
-        self.queue.put(job)
-        return job
+            self.pending += len(samplings)
+        jobs = [Job(task, loop, s) for s in samplings]
+        for job in jobs:
+            self.queue.put(job)
+        return jobs
 
     def close(self) -> None:
         self.queue.put(None)
@@ -95,8 +118,9 @@ class TeamBatcher:
                     self.queue.put(None)
                     break
                 jobs.append(nxt)
-            self.metrics.batch(len(jobs))
-            self._run(jobs)
+            for group in _groups(jobs):
+                self.metrics.batch(len(group))
+                self._run(group)
             with self._lock:
                 self.pending -= len(jobs)
 
@@ -111,8 +135,13 @@ class TeamBatcher:
                 jobs[i].turns_sent += 1
                 jobs[i].put(turn)
 
+        sampling = jobs[0].sampling
+        team = self.team
+        if sampling != Sampling():
+            seed = self.rng.randrange(2**31) if sampling.seed is None else sampling.seed
+            team = sampled_team(team, sampling, seed)
         try:
-            results = self.team.run_batch([j.task for j in jobs], on_turn=on_turn)
+            results = team.run_batch([j.task for j in jobs], on_turn=on_turn)
         except Exception as exc:
             if len(jobs) > 1:
                 for j in jobs:

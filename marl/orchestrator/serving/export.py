@@ -14,6 +14,8 @@ Base weights are not copied: roles name their model (a registry name such as
 ``smollm2-135m-instruct``, converted once into ``$MARL_HOME``; a Hugging Face id; a path), the
 same reference training used.  The folder is written next to OUT and renamed into place
 (:func:`marl.infra.atomic.atomic_write`), so a failed export never leaves half a team behind.
+Each adapter is loaded into its base model before it is copied, so a damaged one (cut short,
+a tensor missing, of another shape or not floating point) is refused by name, not exported.
 
 An export deletes nothing but an earlier export: OUT may not be, hold or sit inside the run or
 checkpoint it is made from, and ``overwrite`` replaces only a folder whose ``export.json``
@@ -152,7 +154,11 @@ def export_run(
 
 
 def check_adapters(cfg: TeamConfig, folder: Path) -> None:
-    """Every trainable role of ``cfg`` has its trained adapter in ``folder``."""
+    """Every trainable role of ``cfg`` has its trained adapter in ``folder``, and it loads
+    into the role's base model (each tensor's name, shape and dtype checked)."""
+    from marl.agents.builder import RosterError, load_trained_adapters
+    from marl.agents.models import ModelError
+
     missing = [
         r.name
         for r in cfg.roles
@@ -164,6 +170,11 @@ def check_adapters(cfg: TeamConfig, folder: Path) -> None:
             f"{folder} has no trained adapter for roles {', '.join(missing)} "
             "(adapters/<role>/adapter_config.json)"
         )
+    trained = {r.name: adapter_folder(folder, r.name) for r in cfg.roles if r.adapter is not None}
+    try:
+        load_trained_adapters(cfg, trained)
+    except (RosterError, ModelError) as exc:
+        raise ExportError(f"nothing was exported: {exc}") from None
 
 
 def copy_adapters(cfg: TeamConfig, folder: Path, out: Path) -> None:

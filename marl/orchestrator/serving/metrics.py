@@ -11,6 +11,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from marl.orchestrator.team import TeamResult
 
+#: The methods counted by name; any other is counted as ``OTHER`` (and a path no route
+#: matches as route ``other``), so no client can grow the series without bound.
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
 
@@ -45,6 +48,7 @@ class Metrics:
         self.pending = Gauge("marl_pending_requests", "Requests waiting or running.", registry=r)
 
     def request(self, method: str, route: str, status: int, seconds: float) -> None:
+        method = method if method in METHODS else "OTHER"
         self.requests.labels(method, route, str(status)).inc()
         self.latency.labels(route).observe(seconds)
 

@@ -2,7 +2,10 @@
 :mod:`marl.orchestrator.serving.app` under uvicorn.
 
 The server binds 127.0.0.1 unless told otherwise; a connection that sends no whole request head
-within ``Limits.header_timeout_s`` is closed.
+within ``Limits.header_timeout_s`` is closed, one whose body has not all come within
+``Limits.body_timeout_s`` gets a 408 and is closed (:mod:`.guard`, which also answers 503
+beyond ``Limits.max_requests`` requests at once, ``/health`` excepted: uvicorn's own
+concurrency limit would refuse the health check too).
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import resource
 import socket
 import threading
 import time
@@ -18,7 +22,7 @@ from typing import Any
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from marl.orchestrator.serving.api import Limits
+from marl.orchestrator.serving.api import Limits, game_of
 from marl.orchestrator.serving.app import create_app
 from marl.orchestrator.serving.batcher import TeamBatcher
 from marl.orchestrator.team import Team
@@ -71,6 +75,7 @@ class TeamServer:
         **app_kwargs: Any,
     ) -> None:
         self.app = create_app(team, limits=limits, **app_kwargs)
+        self.limits = limits
         self.batcher: TeamBatcher = self.app.state.batcher
         self.model_id: str = self.app.state.model_id
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -94,7 +99,6 @@ class TeamServer:
                     _H11WithHeaderTimeout, header_timeout_s=limits.header_timeout_s
                 ),
                 timeout_keep_alive=limits.keep_alive_s,
-                limit_concurrency=limits.max_connections,
                 h11_max_incomplete_event_size=limits.max_header_bytes,
                 timeout_graceful_shutdown=5,
             )
@@ -158,8 +162,34 @@ def ready_line(server: TeamServer, team: Team) -> str:
     return f"serving team {team.name!r} on {server.url} (model {server.model_id!r}); Ctrl-C to stop"
 
 
+def game_warning(team: Team) -> str | None:
+    """What to warn of when the team served was made to play a game."""
+    game = game_of(team)
+    if game is None:
+        return None
+    return (
+        f"team {team.name!r} was made to play {game}; served, its agents answer chat messages "
+        "in free text, which they were not trained for (its answers say X-Marl-Game-Team)"
+    )
+
+
+def raise_open_files(limits: Limits) -> None:
+    """Raise this process's soft open-file limit (up to the hard one) so ``max_requests``
+    connections and the process's own files fit: past it, the server cannot accept a
+    connection, not even a health check's."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = limits.max_requests + 1024
+    if soft != resource.RLIM_INFINITY and soft < want:
+        resource.setrlimit(
+            resource.RLIMIT_NOFILE,
+            (want if hard == resource.RLIM_INFINITY else min(want, hard), hard),
+        )
+
+
 def run_until_interrupted(server: TeamServer) -> None:
-    """Serve until Ctrl-C or SIGTERM, then shut down."""
+    """Serve until Ctrl-C or SIGTERM (with the open files its limits need), then shut
+    down."""
+    raise_open_files(server.limits)
     try:
         server.serve_forever()
     except KeyboardInterrupt:  # uvicorn shut down, then raised the signal again
@@ -179,7 +209,8 @@ def serve(
     """Serve until Ctrl-C, logging the URL once bound and a warning when a non-loopback host
     is open without ``api_key``."""
     server = open_server(team, host, port, api_key=api_key, **kwargs)
-    if warning := exposure_warning(host, api_key):
-        log.warning(warning)
+    for warning in (exposure_warning(host, api_key), game_warning(team)):
+        if warning is not None:
+            log.warning(warning)
     log.info(ready_line(server, team))
     run_until_interrupted(server)

@@ -18,32 +18,13 @@ import openai
 import pytest
 import yaml
 
+from helpers import Gate, tiny_chain
 from marl.agents.policy import Request, Response
-from marl.config import TeamConfig, load_config
 from marl.orchestrator.serving.api import Limits
 from marl.orchestrator.serving.serve import TeamServer, make_server
 from marl.orchestrator.team import Team
 
 REPO = Path(__file__).parents[3]
-
-
-def tiny_chain() -> TeamConfig:
-    cfg = load_config(REPO / "configs" / "solver_critic_judge.yaml")
-    return cfg.model_copy(
-        update={
-            "roles": [
-                r.model_copy(
-                    update={
-                        "model": "tiny-random",
-                        "decoding": r.decoding.model_copy(
-                            update={"max_new_tokens": 12, "temperature": 0.0}
-                        ),
-                    }
-                )
-                for r in cfg.roles
-            ]
-        }
-    )
 
 
 @pytest.fixture(scope="module")
@@ -152,21 +133,6 @@ def test_errors_in_openai_format(server: TeamServer, client: openai.OpenAI) -> N
         assert bad.status_code == 400 and "not valid JSON" in bad.json()["error"]["message"]
         assert http.post("/completions", json={}).status_code == 404
         assert http.get("/nothing").json()["error"]["code"] == "not_found"
-
-
-class Gate:
-    """A policy that holds its calls until released, and records each batch's questions."""
-
-    def __init__(self) -> None:
-        self.entered = threading.Event()
-        self.release = threading.Event()
-        self.batches: list[list[str]] = []
-
-    def act(self, requests: list[Request]) -> list[Response]:
-        self.entered.set()
-        self.release.wait(30)
-        self.batches.append([r.messages[-1]["content"].split("\n", 1)[0] for r in requests])
-        return [Response(text=f"answer {len(self.batches)}") for _ in requests]
 
 
 def test_concurrent_requests_are_batched() -> None:
