@@ -140,6 +140,7 @@ def eval_exploitability_cmd(
         f"{game} exploitability: {report.exploitability:.6f}  "
         f"(NashConv {2 * report.exploitability:.6f})",
         highlight=False,
+        soft_wrap=True,
     )
     if report.interval is not None:
         lo, hi = report.interval
@@ -147,6 +148,7 @@ def eval_exploitability_cmd(
             f"{report.level:.0%} bootstrap interval [{lo:.6f}, {hi:.6f}] over "
             f"{report.samples} sampled reasonings per information state",
             highlight=False,
+            soft_wrap=True,
         )
 
 
@@ -304,6 +306,7 @@ def eval_population_cmd(
         f"{report.lower_bound:.6f}); best member {report.members[best].name}: "
         f"{report.member_exploitability[best]:.6f}",
         highlight=False,
+        soft_wrap=True,
     )
     console.print(f"wrote {written}", highlight=False)
 

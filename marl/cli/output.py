@@ -9,6 +9,7 @@ then wraps lines, but no figure loses a digit)."""
 from __future__ import annotations
 
 import json
+import math
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -73,6 +74,17 @@ def _unsplit(cells: Any) -> int:
 
 
 def emit(data: Any) -> None:
-    """Print ``data`` as one JSON document on stdout (a value JSON has no type for, such as
-    a game argument's default object, as its ``repr``)."""
-    typer.echo(json.dumps(data, indent=1, default=repr))
+    """Print ``data`` as one JSON document on stdout: a figure that is no number (NaN, an
+    interval with too few games) as ``null``, a value JSON has no type for (a game argument's
+    default object) as its ``repr``."""
+    typer.echo(json.dumps(_finite(data), indent=1, default=repr, allow_nan=False))
+
+
+def _finite(data: Any) -> Any:
+    if isinstance(data, float) and not math.isfinite(data):
+        return None
+    if isinstance(data, dict):
+        return {k: _finite(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [_finite(v) for v in data]
+    return data
