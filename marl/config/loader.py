@@ -1,5 +1,7 @@
 """Load and validate config YAML files (teams, tournaments), reporting every problem as
-``FILE:LINE:COL: path: message``.
+``FILE:LINE:COL: path: message``, all in one pass: the fields that fail are reported and
+dropped (their defaults standing in) so that the rules spanning sections and the checks that
+need the game still run on the rest.
 
 The YAML is parsed with :class:`MarkedLoader`, a ``yaml.SafeLoader`` that remembers where every
 mapping key and value starts, so a pydantic error at ``roles.1.decoding.temperature`` can be
