@@ -86,6 +86,7 @@ def play_cmd(
     n_seats = _seats(config, cfg)
     if against is None and not human:
         against = _default_opponent(config, cfg, n_seats)
+    _check_players(cfg, against, seat if human else None)
     console = output.console(json_out)
     with writing(out or "runs"):
         transcripts = transcript_file(out)
@@ -145,6 +146,19 @@ def _seats(config: str, cfg: TeamConfig) -> int:
         return len(games.make_from_config(cfg.game).possible_agents)
     except (TypeError, ValueError) as exc:
         fail(f"{config}: game.kwargs {cfg.game.kwargs} do not fit {cfg.game.name}: {exc}")
+
+
+def _check_players(cfg: TeamConfig, against: str | None, seat: str | None) -> None:
+    """Exit 2 on an opponent that names nothing or a seat the game lacks, before any model
+    loads."""
+    from marl import games
+    from marl.cli.targets import check_target
+
+    if against is not None:
+        check_target(against, cfg.game.name)
+    seats = games.make_from_config(cfg.game).possible_agents
+    if seat is not None and seat not in seats:
+        fail(f"--seat {seat}: {cfg.game.name} has the seats {', '.join(seats)}")
 
 
 def _default_opponent(config: str, cfg: TeamConfig, n_seats: int) -> str | None:

@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from helpers import tiny_team
+from helpers import RECIPES, tiny_team
 from marl.cli import app, output
 from marl.config import load_config_text
 from marl.infra.layout import METRICS
@@ -81,6 +81,11 @@ def test_bad_arguments_are_refused_before_the_model_loads(tmp_path: Path) -> Non
             f"{poker / 'best'} does not exist",
             "train.eval_every",
         )
+    tiny = str(RECIPES / "tiny_test.yaml")
+    best = str(poker / "best")
+    refused(*cli("play", tiny, "--against", best), f"{best} does not exist", "train.eval_every")
+    refused(*cli("play", tiny, "--human", "--seat", "nope"), "--seat nope", "player_0")
+    refused(*cli("run", best, "--task", "hi"), f"{best} does not exist")
     refused(*cli("eval", "population", str(tmp_path / "nowhere")), "does not exist")
     refused(*cli("eval", "population", str(tmp_path)), "not a training run folder")
     refused(*cli("eval", "exploitability", "nosuch"), "neither a bot of kuhn_poker")
