@@ -113,7 +113,7 @@ def eval_exploitability_cmd(
     from marl.agents.participants import ParticipantLoader
     from marl.agents.tables import agent_report
 
-    game = target_game(target, game, "kuhn_poker")
+    game = target_game(target, game, "kuhn_poker").name  # the tree is the game's, kwargs aside
     env = games.make(game) if game in games.names() else None
     if env is None or not hasattr(env, "root_state"):
         fail(
@@ -195,25 +195,31 @@ def eval_against_cmd(
     """Exact win, draw and loss probabilities against a bot, from every seat: the player's
     distribution is read at every position it can reach, and the game tree does the rest."""
     quiet_transformers()
+    import functools
+
+    from marl import games
     from marl.agents.models import ModelError
     from marl.agents.participants import ParticipantLoader
     from marl.agents.tables import agent_probs, outcome_report
 
-    game = target_game(target, game, "tic_tac_toe")
+    config = target_game(target, game, "tic_tac_toe")
+    game = config.name
     opponent = _fixed_bot(game, bot)
     check_target(target, game)
+    board = functools.partial(games.make_from_config, config)  # its kwargs: a board's size
     console = output.console(json_out)
     try:
         with console.status(
             f"Reading {target}'s policy at every position it can reach against {bot}..."
         ):
             agent = ParticipantLoader(game).load(target)
-            report = outcome_report(agent_probs(agent), game, opponent.action_probs)
+            report = outcome_report(agent_probs(agent), board, opponent.action_probs)
     except (ModelError, FileNotFoundError, ValueError, TypeError, KeyError) as exc:
         fail(str(exc))
     both = sum(p["win"] + p["draw"] for p in report.seats.values()) / len(report.seats)
     doc = {
         "game": game,
+        "kwargs": config.kwargs,
         "target": target,
         "bot": bot,
         "seats": report.seats,

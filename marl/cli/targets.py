@@ -6,14 +6,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from marl.cli.common import fail, load_file
 
+if TYPE_CHECKING:
+    from marl.config import GameConfig
 
-def carried_game(target: str) -> tuple[str, Path] | None:
-    """The game ``target`` was made for and the file that says so (a team file, a folder's
-    ``team.yaml``, a ``population.json``); None for a name that is no existing path."""
-    from marl.config import TeamConfig
+
+def carried_game(target: str) -> tuple[GameConfig, Path] | None:
+    """The game ``target`` was made for, with its arguments, and the file that says so (a team
+    file, a folder's ``team.yaml``, a ``population.json``); None for a name that is no
+    existing path."""
+    from marl.config import GameConfig, TeamConfig
     from marl.infra.layout import POPULATION_FILE, TEAM_FILE, LayoutError, checkpoint_folder
 
     path = Path(target)
@@ -21,7 +26,7 @@ def carried_game(target: str) -> tuple[str, Path] | None:
         return None
     if path.is_file() and path.name == POPULATION_FILE:
         try:
-            return str(json.loads(path.read_text(encoding="utf-8"))["game"]), path
+            return GameConfig(name=json.loads(path.read_text(encoding="utf-8"))["game"]), path
         except (ValueError, KeyError, TypeError):
             fail(f"{path}: not a population file written by `marl eval population`")
     try:
@@ -31,19 +36,21 @@ def carried_game(target: str) -> tuple[str, Path] | None:
     file = path if folder == path and path.is_file() else folder / TEAM_FILE
     if not file.is_file():
         fail(f"{target}: neither a team file nor a run, checkpoint or exported team folder")
-    return load_file(str(file), TeamConfig, []).game.name, file
+    return load_file(str(file), TeamConfig, []).game, file
 
 
-def target_game(target: str, given: str | None, default: str) -> str:
-    """The game to evaluate ``target`` on: the one it carries (a ``--game`` that contradicts
-    it is refused), else ``--game``, else ``default``."""
+def target_game(target: str, given: str | None, default: str) -> GameConfig:
+    """The game to evaluate ``target`` on: the one it carries, with its arguments (a
+    ``--game`` that contradicts it is refused), else ``--game``, else ``default``."""
+    from marl.config import GameConfig
+
     carried = carried_game(target)
     if carried is None:
-        return default if given is None else given
+        return GameConfig(name=default if given is None else given)
     game, file = carried
-    if given is not None and given != game:
+    if given is not None and given != game.name:
         fail(
-            f"--game {given} contradicts {target}, which plays {game} ({file}); "
+            f"--game {given} contradicts {target}, which plays {game.name} ({file}); "
             "leave --game out to evaluate it on its own game"
         )
     return game

@@ -21,9 +21,10 @@ from marl.train.checkpoint import save_checkpoint
 UNLOADABLE = "/nonexistent/model"  # a local path that is not there: loading it fails
 
 
-def fake_run(run: Path, game: str, model: str = "tiny-random") -> Path:
+def fake_run(run: Path, game: str, model: str = "tiny-random", kwargs: str = "{}") -> Path:
     """A run folder with one checkpoint of a one-role team (no adapter) on ``game``."""
     text = tiny_team(game, "  steps: 1\n").replace("    adapter: {r: 4, alpha: 8}\n", "")
+    text = text.replace(f"game: {{name: {game}}}", f"game: {{name: {game}, kwargs: {kwargs}}}")
     cfg = load_config_text(text.replace("model: tiny-random", f"model: {model}"))
     save_checkpoint(run, 1, cfg, {}, {}, {}, {"league": {}})
     (run / METRICS).write_text('{"step": 1}\n')
@@ -65,6 +66,30 @@ def test_a_leduc_run_is_evaluated_on_leduc(tmp_path: Path) -> None:
         "--game kuhn_poker contradicts",
         "leduc_poker",
     )
+
+
+def test_a_board_run_is_evaluated_on_its_own_board(tmp_path: Path) -> None:
+    """A Connect Four run on a 3x3 board: the exact outcomes on that board (the default 6x7
+    board's tree would be another game, and out of reach)."""
+    from functools import partial
+
+    from marl.agents.participants import ParticipantLoader
+    from marl.agents.tables import agent_probs, outcome_report
+    from marl.config import GameConfig
+    from marl.games import make_from_config
+    from marl.games.bots import make_bot
+
+    run = fake_run(tmp_path / "run", "connect_four", kwargs="{rows: 3, cols: 3, connect: 3}")
+    code, stdout, stderr = cli("eval", "against", str(run), "--bot", "random", "--json")
+    assert code == 0, stderr
+    doc = json.loads(stdout)
+    board = GameConfig(name="connect_four", kwargs={"rows": 3, "cols": 3, "connect": 3})
+    agent = ParticipantLoader("connect_four").load(str(run))
+    random = make_bot("connect_four", "random").action_probs
+    direct = outcome_report(agent_probs(agent), partial(make_from_config, board), random)
+    assert doc["kwargs"] == board.kwargs and doc["positions"] == direct.positions
+    for seat, p in direct.seats.items():
+        assert doc["seats"][seat] == pytest.approx(p, abs=1e-9)
 
 
 def test_bad_arguments_are_refused_before_the_model_loads(tmp_path: Path) -> None:
