@@ -360,9 +360,9 @@ def _validation_problems(errors: list[Any], model: type[BaseModel], at: _Locator
     return out
 
 
-def _drop(data: Any, loc: YamlPath) -> bool:
+def _drop(data: Any, loc: YamlPath) -> YamlPath | None:
     """Remove the mapping key that holds the value at ``loc`` (the deepest one the data has),
-    so the field's default stands in; False where that would shift a list."""
+    so the field's default stands in: the path removed, None where that would shift a list."""
     node, keys = data, []
     for part in loc:
         if (
@@ -379,9 +379,9 @@ def _drop(data: Any, loc: YamlPath) -> bool:
     for part in keys[:-1]:
         parent = parent[part]
     if not keys or not isinstance(parent, dict):
-        return False
+        return None
     del parent[keys[-1]]
-    return True
+    return tuple(keys)
 
 
 def _overlaps(path: str, dropped: Sequence[str]) -> bool:
@@ -403,9 +403,10 @@ def _salvaged(
     problems = [
         p for p in _validation_problems(errors, model, at) if not _overlaps(p.path, dropped)
     ]
-    locs = [tuple(e["loc"]) for e in errors]
-    dropped += [dotted(loc) for loc in locs]
-    if not all(_drop(data, loc) for loc in locs):
+    removed = [_drop(data, tuple(e["loc"])) for e in errors]
+    dropped += [dotted(tuple(e["loc"])) for e in errors]
+    dropped += [dotted(path) for path in removed if path is not None]
+    if None in removed:
         return None, problems
     try:
         return model.model_validate(data, context=context), problems
@@ -494,7 +495,8 @@ def _check_text(
     ]
     dropped = [dotted(p) for p, _, _ in loader.problems]  # "${UNSET}" is validated no further
     for p, _, _ in loader.problems:
-        _drop(data, p)
+        if (path := _drop(data, p)) is not None:
+            dropped.append(dotted(path))
     cfg, found = _salvaged(data, model, at, dropped)
     problems += found
     if cfg is not None:
