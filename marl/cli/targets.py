@@ -40,12 +40,16 @@ def carried_game(target: str) -> tuple[GameConfig, Path] | None:
 
 
 def target_game(target: str, given: str | None, default: str) -> GameConfig:
-    """The game to evaluate ``target`` on: the one it carries, with its arguments (a
-    ``--game`` that contradicts it is refused), else ``--game``, else ``default``."""
+    """The game to evaluate ``target`` on: the one a trained team carries, with its arguments
+    (a ``--game`` that contradicts it is refused: the policy was trained for that game), else
+    ``--game``, else a team file's game, else ``default``."""
     from marl.config import GameConfig
+    from marl.infra.layout import POPULATION_FILE
 
     carried = carried_game(target)
-    if carried is None:
+    path = Path(target)
+    team_file = carried is not None and carried[1] == path and path.name != POPULATION_FILE
+    if carried is None or given is not None and team_file:
         return GameConfig(name=default if given is None else given)
     game, file = carried
     if given is not None and given != game.name:

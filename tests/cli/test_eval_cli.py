@@ -66,6 +66,12 @@ def test_a_leduc_run_is_evaluated_on_leduc(tmp_path: Path) -> None:
         "--game kuhn_poker contradicts",
         "leduc_poker",
     )
+    team = tmp_path / "team.yaml"  # an untrained team file: its game unless --game says
+    team.write_text((run / "checkpoints" / "step_000001" / "team.yaml").read_text())
+    code, stdout, _ = cli("eval", "exploitability", str(team), "--json")
+    assert code == 0 and json.loads(stdout)["exploitability"] == doc["exploitability"]
+    code, stdout, _ = cli("eval", "exploitability", str(team), "--game", "kuhn_poker", "--json")
+    assert code == 0 and json.loads(stdout)["game"] == "kuhn_poker"
 
 
 def test_a_board_run_is_evaluated_on_its_own_board(tmp_path: Path) -> None:
