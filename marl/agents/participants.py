@@ -42,7 +42,13 @@ from marl.agents.scripted import ScriptedPolicy
 from marl.config import SCHEMA_ID, TeamConfig, load_config
 from marl.config.tournament import HttpSource
 from marl.games.bots import bot_names
-from marl.infra.layout import POPULATION_FILE, TEAM_FILE, checkpoint_folder
+from marl.infra.layout import (
+    POPULATION_FILE,
+    TEAM_FILE,
+    checkpoint_folder,
+    has_history,
+    why_missing,
+)
 
 
 def bot_name(source: str, game: str) -> str | None:
@@ -95,6 +101,8 @@ class ParticipantLoader:
                 )
             run_name = path.parent.name if path.is_file() else path.name  # RUN/best: RUN
             return self._model_agent(load_config(team_file), folder, name or run_name)
+        if has_history(path.parent):  # RUN/best before any evaluation, say
+            raise FileNotFoundError(why_missing(path))
         raise ValueError(
             f"participant {spec!r} is neither a bot of {self.game} "
             f"({', '.join(bot_names(self.game))}) nor an existing file or folder"

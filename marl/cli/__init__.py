@@ -4,7 +4,8 @@ One module per command group, registered here in the order ``marl --help`` lists
 
 - :mod:`marl.cli.configs`: ``validate`` team and tournament files, print their JSON ``schema``;
 - :mod:`marl.cli.models`: ``models list`` (the registry), ``chat`` (ask a model once);
-- :mod:`marl.cli.games`: ``games list`` (every game: seats, kind, arguments, exact evaluation);
+- :mod:`marl.cli.games`: ``games list`` (every game: seats, kind, bots, exact evaluations,
+  arguments);
 - :mod:`marl.cli.play`: ``play`` a team's game against itself, a bot, a checkpoint or you;
 - :mod:`marl.cli.train`: ``train`` with multi-agent GRPO, ``plot`` a run;
 - :mod:`marl.cli.evaluate`: ``eval exploitability``, ``eval against``, ``eval population``,
@@ -12,6 +13,8 @@ One module per command group, registered here in the order ``marl --help`` lists
 - :mod:`marl.cli.run`: ``run`` a team on a prompt or on cooperative tasks;
 - :mod:`marl.cli.tournament`: ``tournament`` (play, resume, rate, report);
 - :mod:`marl.cli.team`: ``export`` a run as a team, ``serve`` it (OpenAI API), ``topology show``;
+- :mod:`marl.cli.targets`: what a target names and the game it carries, checked before any
+  model loads; :mod:`marl.cli.output`: ``--json`` and tables that never cut a figure;
 - :mod:`marl.cli.errors`: an ``OSError`` (full disk, read-only folder) in any of them ends it
   with one ``error:`` line and exit code 2.
 """

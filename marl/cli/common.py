@@ -76,10 +76,12 @@ def load_runtime_team(source: str, seed: int = 0) -> Team:
     from pathlib import Path
 
     from marl.agents.models import ModelError
-    from marl.infra.layout import checkpoint_folder
+    from marl.infra.layout import checkpoint_folder, why_missing
     from marl.orchestrator.team import Team, TeamError
     from marl.topologies import TopologyError
 
+    if not Path(source).exists():  # before any model loads
+        fail(why_missing(source))
     try:
         if Path(source).is_file() and checkpoint_folder(source) == Path(source):  # not RUN/best
             return Team.from_config(load_team(source), seed=seed)

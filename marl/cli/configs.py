@@ -15,8 +15,8 @@ def validate_cmd(
     ],
 ) -> None:
     """Check team and tournament files, including what running them needs (the game takes
-    its kwargs, the agents fit its seats, the sources exist); prints FILE:LINE:COL: path:
-    message per problem (exit 2 if any)."""
+    its kwargs, the agents fit its seats, the sources exist): every problem of every file in
+    one run, as FILE:LINE:COL: path: message (exit 2 if any file has one)."""
     from marl.config import validate_file
 
     failed = False

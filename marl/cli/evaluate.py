@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from marl.cli import output
 from marl.cli.common import fail, quiet_transformers
 from marl.cli.errors import write_json
+from marl.cli.output import Json
+from marl.cli.targets import check_folder, check_target, target_game
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -24,7 +27,16 @@ PlayerTarget = Annotated[
         help="A bot name, a team YAML (untrained), a run, checkpoint or exported team folder."
     ),
 ]
-TreeGame = Annotated[str, typer.Option(help="kuhn_poker or leduc_poker.")]
+TreeGame = Annotated[
+    str | None,
+    typer.Option(
+        help="A game with an exact tree (kuhn_poker, leduc_poker); default: the game of the "
+        "run, checkpoint or team file, else kuhn_poker."
+    ),
+]
+ShowTable = Annotated[
+    bool, typer.Option("--table", help="Also print the policy, one row per information state.")
+]
 TableOut = Annotated[str | None, typer.Option(help="Write the table and figure as JSON.")]
 Samples = Annotated[
     int,
@@ -48,8 +60,11 @@ Bot = Annotated[
     ),
 ]
 PerfectGame = Annotated[
-    str,
-    typer.Option(help="A perfect-information game: tic_tac_toe, nim, connect_four (small boards)."),
+    str | None,
+    typer.Option(
+        help="A perfect-information game (tic_tac_toe, nim, connect_four on small boards); "
+        "default: the game of the run, checkpoint or team file, else tic_tac_toe."
+    ),
 ]
 ProbsOut = Annotated[str | None, typer.Option(help="Write the probabilities as JSON.")]
 PopulationRun = Annotated[
@@ -84,133 +99,167 @@ CreditOut = Annotated[
 @eval_app.command("exploitability")
 def eval_exploitability_cmd(
     target: PlayerTarget,
-    game: TreeGame = "kuhn_poker",
+    game: TreeGame = None,
     out: TableOut = None,
     samples: Samples = 16,
+    table: ShowTable = False,
+    json_out: Json = False,
 ) -> None:
-    """Exact exploitability of the table policy a player induces, per information state."""
+    """Exact exploitability of the table policy a player induces (on the game a run, checkpoint
+    or team file carries; --table prints its policy per information state)."""
     quiet_transformers()
-    from rich.console import Console
-
     from marl import games
     from marl.agents.models import ModelError
     from marl.agents.participants import ParticipantLoader
     from marl.agents.tables import agent_report
 
+    game = target_game(target, game, "kuhn_poker").name  # the tree is the game's, kwargs aside
     env = games.make(game) if game in games.names() else None
     if env is None or not hasattr(env, "root_state"):
         fail(
-            f"exact exploitability needs a game with an exact tree: kuhn_poker, leduc_poker "
+            f"exact exploitability needs a game with an exact tree: {', '.join(tree_games())} "
             f"(got {game!r})"
         )
-    console = Console()
+    check_target(target, game)
+    console = output.console(json_out)
     try:
         with console.status(f"Reading {target}'s policy at every information state..."):
             agent = ParticipantLoader(game).load(target)
             report = agent_report(agent, game, samples)
     except (ModelError, FileNotFoundError, ValueError, TypeError) as exc:
         fail(str(exc))
-    console.print(_policy_table(report, env.action_names, f"{target} on {game}"))
+    doc = _exploitability_doc(report, game, target)
+    if out:
+        write_json(out, doc)
+    if json_out:
+        output.emit(doc)
+        return
+    if table:
+        output.show(console, _policy_table(report, env.action_names, f"{target} on {game}"))
     console.print(
-        f"exploitability: {report.exploitability:.6f}  (NashConv {2 * report.exploitability:.6f})"
+        f"{game} exploitability: {report.exploitability:.6f}  "
+        f"(NashConv {2 * report.exploitability:.6f})",
+        highlight=False,
+        soft_wrap=True,
     )
-    sampled = {}
     if report.interval is not None:
         lo, hi = report.interval
         console.print(
             f"{report.level:.0%} bootstrap interval [{lo:.6f}, {hi:.6f}] over "
-            f"{report.samples} sampled reasonings per information state"
+            f"{report.samples} sampled reasonings per information state",
+            highlight=False,
+            soft_wrap=True,
         )
-        sampled = {"interval": [lo, hi], "samples": report.samples, "level": report.level}
-    if out:
-        write_json(
-            out,
-            {
-                "game": game,
-                "target": target,
-                "exploitability": report.exploitability,
-                **sampled,
-                "table": report.table,
-            },
-        )
+
+
+def tree_games() -> list[str]:
+    """The registered games with an exact tree (exploitability), from the registry."""
+    from marl import games
+
+    return [name for name in games.names() if hasattr(games.make(name), "root_state")]
+
+
+def _exploitability_doc(report: ExploitabilityReport, game: str, target: str) -> dict[str, Any]:
+    """The figure, its interval for a sampled table, and the table: ``--json`` and ``--out``."""
+    sampled = {}
+    if report.interval is not None:
+        sampled = {"interval": list(report.interval), "samples": report.samples}
+        sampled["level"] = report.level
+    return {
+        "game": game,
+        "target": target,
+        "exploitability": report.exploitability,
+        "nash_conv": 2 * report.exploitability,
+        **sampled,
+        "table": report.table,
+    }
 
 
 def _policy_table(report: ExploitabilityReport, names: list[str], title: str) -> Table:
     """One row per information state, one column per action: the policy's probabilities."""
-    from rich.table import Table
-
-    table = Table(title=title)
-    table.add_column("information state")
-    for a in names:
-        table.add_column(a, justify="right")
+    shown = output.table(title, {"information state": "left", **dict.fromkeys(names, "right")})
     for key in sorted(report.table):
         row = report.table[key]
-        table.add_row(key, *[f"{row[i]:.3f}" if i in row else "" for i in range(len(names))])
-    return table
+        shown.add_row(key, *[f"{row[i]:.3f}" if i in row else "" for i in range(len(names))])
+    return shown
 
 
 @eval_app.command("against")
 def eval_against_cmd(
     target: AgainstTarget,
     bot: Bot = "random",
-    game: PerfectGame = "tic_tac_toe",
+    game: PerfectGame = None,
     out: ProbsOut = None,
+    json_out: Json = False,
 ) -> None:
     """Exact win, draw and loss probabilities against a bot, from every seat: the player's
     distribution is read at every position it can reach, and the game tree does the rest."""
     quiet_transformers()
-    from rich.console import Console
+    import functools
 
     from marl import games
     from marl.agents.models import ModelError
     from marl.agents.participants import ParticipantLoader
     from marl.agents.tables import agent_probs, outcome_report
-    from marl.games.bots import make_bot
 
-    env = games.make(game) if game in games.names() else None
-    if env is None or not getattr(env, "perfect_information", False):
-        fail(
-            f"exact outcomes need a perfect-information game: tic_tac_toe, nim, connect_four "
-            f"(got {game!r})"
-        )
-    console = Console()
+    config = target_game(target, game, "tic_tac_toe")
+    game = config.name
+    opponent = _fixed_bot(game, bot)
+    check_target(target, game)
+    board = functools.partial(games.make_from_config, config)  # its kwargs: a board's size
+    console = output.console(json_out)
     try:
-        opponent = make_bot(game, bot)
-        if not hasattr(opponent, "action_probs"):
-            fail(f"bot {bot!r} has no fixed action probabilities")
         with console.status(
             f"Reading {target}'s policy at every position it can reach against {bot}..."
         ):
             agent = ParticipantLoader(game).load(target)
-            report = outcome_report(agent_probs(agent), game, opponent.action_probs)
+            report = outcome_report(agent_probs(agent), board, opponent.action_probs)
     except (ModelError, FileNotFoundError, ValueError, TypeError, KeyError) as exc:
         fail(str(exc))
-    console.print(_outcome_table(report, f"{target} against {bot} on {game} (exact)"))
     both = sum(p["win"] + p["draw"] for p in report.seats.values()) / len(report.seats)
-    console.print(f"win+draw over the seats: {both:.4f}")
+    doc = {
+        "game": game,
+        "kwargs": config.kwargs,
+        "target": target,
+        "bot": bot,
+        "seats": report.seats,
+        "positions": report.positions,
+        "win_draw": both,
+    }
     if out:
-        write_json(
-            out,
-            {
-                "game": game,
-                "target": target,
-                "bot": bot,
-                "seats": report.seats,
-                "positions": report.positions,
-                "win_draw": both,
-            },
-        )
+        write_json(out, doc)
+    if json_out:
+        output.emit(doc)
+        return
+    output.show(console, _outcome_table(report, f"{target} against {bot} on {game} (exact)"))
+    console.print(f"win+draw over the seats: {both:.4f}", highlight=False)
+
+
+def _fixed_bot(game: str, bot: str) -> Any:
+    """``game``'s bot ``bot`` if the game is a perfect-information one and the bot has fixed
+    action probabilities, else exit 2 (before any model loads)."""
+    from marl import games
+    from marl.games.bots import UnknownBotError, make_bot
+
+    env = games.make(game) if game in games.names() else None
+    if env is None or not getattr(env, "perfect_information", False):
+        known = [n for n in games.names() if getattr(games.make(n), "perfect_information", False)]
+        fail(f"exact outcomes need a perfect-information game: {', '.join(known)} (got {game!r})")
+    try:
+        opponent = make_bot(game, bot)
+    except UnknownBotError as exc:
+        fail(str(exc))
+    if not hasattr(opponent, "action_probs"):
+        fail(f"bot {bot!r} has no fixed action probabilities")
+    return opponent
 
 
 def _outcome_table(report: OutcomeReport, title: str) -> Table:
     """One row per seat: positions read and the exact outcome probabilities."""
-    from rich.table import Table
-
-    table = Table(title=title)
-    for col in ("seat", "positions read", "win", "draw", "loss", "win+draw"):
-        table.add_column(col, justify="left" if col == "seat" else "right")
+    numbers = ("positions read", "win", "draw", "loss", "win+draw")
+    shown = output.table(title, {"seat": "left", **dict.fromkeys(numbers, "right")})
     for seat, p in report.seats.items():
-        table.add_row(
+        shown.add_row(
             seat,
             str(report.positions[seat]),
             f"{p['win']:.4f}",
@@ -218,7 +267,7 @@ def _outcome_table(report: OutcomeReport, title: str) -> Table:
             f"{p['loss']:.4f}",
             f"{p['win'] + p['draw']:.4f}",
         )
-    return table
+    return shown
 
 
 @eval_app.command("population")
@@ -226,38 +275,46 @@ def eval_population_cmd(
     run: PopulationRun,
     out: PopulationOut = None,
     tol: Tol = 1e-4,
+    json_out: Json = False,
 ) -> None:
     """The least exploitable mixture of a run's snapshots (exact exploitability); seat it in a
     tournament with the source RUN/population.json."""
     quiet_transformers()
     from pathlib import Path
 
-    from rich.console import Console
-    from rich.table import Table
-
     from marl.agents.models import ModelError
-    from marl.infra.layout import POPULATION_FILE
+    from marl.infra.layout import CHECKPOINTS, POPULATION_FILE
     from marl.orchestrator.arena.population import solve_population
 
-    console = Console()
+    check_folder(run)
+    if not (Path(run) / CHECKPOINTS).is_dir():
+        fail(f"{run} is not a training run folder (it has no {CHECKPOINTS}/)")
+    console = output.console(json_out)
     try:
         with console.status(f"Reading the policies of {run}'s snapshots..."):
             report = solve_population(Path(run), Path(out) if out else None, tol)
     except (ModelError, FileNotFoundError, ValueError, TypeError) as exc:
         fail(str(exc))
-    table = Table(title=f"population of {run} on {report.game}")
-    for col in ("member", "weight", "exploitability"):
-        table.add_column(col, justify="left" if col == "member" else "right")
+    written = Path(out) if out else Path(run) / POPULATION_FILE
+    if json_out:
+        output.emit({**report.to_json(), "written": str(written)})
+        return
+    shown = output.table(
+        f"population of {run} on {report.game}",
+        {"member": "left", "weight": "right", "exploitability": "right"},
+    )
     for m, w, e in zip(report.members, report.weights, report.member_exploitability, strict=True):
-        table.add_row(m.name, f"{w:.4f}", f"{e:.6f}")
-    console.print(table)
+        shown.add_row(m.name, f"{w:.4f}", f"{e:.6f}")
+    output.show(console, shown)
     best = report.best_member
     console.print(
         f"mixture exploitability: {report.exploitability:.6f}  (lower bound "
         f"{report.lower_bound:.6f}); best member {report.members[best].name}: "
-        f"{report.member_exploitability[best]:.6f}"
+        f"{report.member_exploitability[best]:.6f}",
+        highlight=False,
+        soft_wrap=True,
     )
-    console.print(f"wrote {Path(out) if out else Path(run) / POPULATION_FILE}")
+    console.print(f"wrote {written}", highlight=False)
 
 
 @eval_app.command("team")
@@ -267,27 +324,31 @@ def eval_team_cmd(
     seed: TaskSeed = 1_000_000_000,
     temperature: Temperature = 0.0,
     out: CreditOut = None,
+    json_out: Json = False,
 ) -> None:
     """Credit and specialisation: the trained team, the untrained team, swapped adapters,
     each role reverted and each edge dropped, on the same held-out tasks."""
     quiet_transformers()
     from pathlib import Path
 
-    from rich.console import Console
-
     from marl.agents.models import ModelError
-    from marl.infra.layout import resolve
+    from marl.infra.layout import LayoutError, resolve
     from marl.orchestrator.arena.credit import CreditRow, credit_report
     from marl.orchestrator.team import TeamError
     from marl.topologies import TopologyError
 
-    where = resolve(run)
+    check_folder(run)
+    try:
+        where = resolve(run)
+    except LayoutError as exc:
+        fail(str(exc))
     folder = Path(out) if out else (where.run or where.folder) / "credit"
-    console = Console()
+    console = output.console(json_out)
     with console.status("Evaluating the trained team...") as status:
 
         def done(row: CreditRow) -> None:
-            console.print(f"{row.name}: {row.score.accuracy:.3f}")
+            if not json_out:
+                console.print(f"{row.name}: {row.score.accuracy:.3f}", highlight=False)
             status.update(f"Evaluating the ablations ({row.name} done)...")
 
         try:
@@ -296,31 +357,26 @@ def eval_team_cmd(
             )
         except (ModelError, FileNotFoundError, TeamError, TopologyError, KeyError) as exc:
             fail(str(exc))
-    title = f"{report.team} on {report.game} ({tasks} held-out tasks, seeds from {seed})"
-    console.print(_credit_table(report, title))
     paths = report.write(folder)
-    console.print(f"wrote {paths['csv']}, {paths['json']} and {paths['png']}")
+    if json_out:
+        output.emit({**report.to_dict(), "written": {k: str(p) for k, p in paths.items()}})
+        return
+    title = f"{report.team} on {report.game} ({tasks} held-out tasks, seeds from {seed})"
+    output.show(console, _credit_table(report, title))
+    console.print(f"wrote {paths['csv']}, {paths['json']} and {paths['png']}", highlight=False)
 
 
 def _credit_table(report: CreditReport, title: str) -> Table:
     """One row per variant; the deferral column only for teams that defer at all."""
-    from rich.table import Table
-
-    table = Table(title=title)
     rows = report.table()
     defers = any(row["deferral_rate"] for row in rows)
-    for column in (
-        "variant",
-        "accuracy",
-        "95% CI",
-        "vs trained",
-        "edges",
-        "messages/task",
-        "tokens/task",
-    ) + (("deferred",) if defers else ()):
-        table.add_column(column, justify="left" if column == "variant" else "right", no_wrap=True)
+    numbers = ("accuracy", "95% CI", "vs trained", "edges", "messages/task", "tokens/task")
+    shown = output.table(
+        title,
+        {"variant": "left", **dict.fromkeys(numbers + (("deferred",) if defers else ()), "right")},
+    )
     for row in rows:
-        table.add_row(
+        shown.add_row(
             row["variant"],
             f"{row['accuracy']:.3f}",
             f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}]",
@@ -330,7 +386,7 @@ def _credit_table(report: CreditReport, title: str) -> Table:
             f"{row['tokens_per_task']:.0f}",
             *((f"{row['deferral_rate']:.2f}",) if defers else ()),
         )
-    return table
+    return shown
 
 
 def register(app: typer.Typer) -> None:

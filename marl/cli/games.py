@@ -1,31 +1,48 @@
-"""``marl games list``: every game a config can name, with what a team file needs to know."""
+"""``marl games list``: every game a config can name, with what a team file needs to know:
+seats, kind, keyword arguments, the game's bots and the exact evaluations it has."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
 
+from marl.cli import output
 from marl.cli.common import fail
+from marl.cli.output import Json
 
 games_app = typer.Typer(no_args_is_help=True, help="The games a team can play.")
 
+#: The exact evaluations of ``marl eval``, each with what a game needs for it: an exact tree
+#: (exploitability of a policy), or perfect information (exact outcomes against a bot with
+#: fixed action probabilities).
+EXACT_EVALS: dict[str, Callable[[Any], bool]] = {
+    "exploitability": lambda env: hasattr(env, "root_state"),
+    "outcomes vs bots": lambda env: getattr(env, "perfect_information", False),
+}
 
-def _kwargs(factory: Any, fixed: dict[str, Any]) -> str:
-    """``name=default`` for each keyword argument (``name`` alone when it has none)."""
+
+def _arguments(factory: Any, fixed: dict[str, Any]) -> dict[str, Any]:
+    """The factory's keyword arguments: ``kwargs`` (name -> default), ``required`` (the ones
+    without a default) and ``open_ended`` (it takes ``**kwargs``)."""
     import inspect
 
     from marl.games.registry import parameters
 
     params, open_ended = parameters(factory)
     shown = {**{n: p.default for n, p in params.items()}, **fixed}
-    parts = [n if v is inspect.Parameter.empty else f"{n}={v!r}" for n, v in shown.items()]
-    return ", ".join([*parts, *(["..."] if open_ended else [])])
+    return {
+        "kwargs": {n: v for n, v in shown.items() if v is not inspect.Parameter.empty},
+        "required": [n for n, v in shown.items() if v is inspect.Parameter.empty],
+        "open_ended": open_ended,
+    }
 
 
-def _row(game: Any, source: str, fixed: dict[str, Any] | None = None) -> list[str]:
-    """name, source, seats, kind, kwargs, exact evaluation for a game section."""
+def _entry(game: Any, source: str, fixed: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One game's listing: name, source, seats, kind, bots, exact evaluations, kwargs."""
     from marl import games
+    from marl.games.bots import bot_names
     from marl.games.tasks import CooperativeGame, task_names
 
     env = games.make_from_config(game)
@@ -35,14 +52,78 @@ def _row(game: Any, source: str, fixed: dict[str, Any] | None = None) -> list[st
             kind += " (also a team task)"
     else:
         kind = "competitive" if env.zero_sum else "general-sum"
-    exact = "yes" if hasattr(env, "root_state") else "no"
+    return {
+        "name": game.name,
+        "source": source,
+        "seats": len(env.possible_agents),
+        "kind": kind,
+        "bots": bot_names(game.name),
+        "exact": [name for name, has in EXACT_EVALS.items() if has(env)],
+        **_arguments(games.registry.factory_of(game), fixed or {}),
+    }
+
+
+def _entry_point(spec: str) -> dict[str, Any]:
+    """The listing of an own env factory, or one ``error:`` line (exit 2) when it does not
+    import, refuses its arguments or builds no env."""
+    from marl.agents.checks import game_problems
+    from marl.config import GameConfig
+
+    game = GameConfig(entry_point=spec)
+    problems, _ = game_problems(game, tasks=False)  # imports, builds, plays one game
+    if problems:
+        fail(f"--entry-point {spec}: {problems[0][1]}")
+    try:
+        return _entry(game, "entry_point")
+    except Exception as exc:  # noqa: BLE001 - a user's factory fails its own way
+        fail(f"--entry-point {spec}: the factory fails: {type(exc).__name__}: {exc}")
+
+
+def _listing(entry_point: list[str]) -> list[dict[str, Any]]:
+    """Every registered game and plugin, the team tasks, TextArena's games (or why not) and
+    the ``--entry-point`` factories; the factories are checked first."""
+    from marl import games
+    from marl.config import GameConfig
+    from marl.games import textarena
+    from marl.games.registry import installed_plugins
+    from marl.games.tasks import task_names
+
+    own = [_entry_point(spec) for spec in entry_point]
+    plugins = installed_plugins()
+    rows = [
+        _entry(GameConfig(name=n), f"plugin {plugins[n].value}" if n in plugins else "registry")
+        for n in games.names()
+    ]
+    for name in sorted(set(task_names()) - set(games.names())):
+        rows.append(
+            {"name": name, "source": "registry", "seats": "team"}
+            | {"kind": "cooperative task (free text)", "bots": [], "exact": []}
+            | {"kwargs": {}, "required": [], "open_ended": False}
+        )
+    try:
+        for name in textarena.names():
+            game = GameConfig(name=name, source="textarena")
+            rows.append(_entry(game, "textarena", textarena.default_kwargs(name)))
+    except ImportError as exc:
+        rows.append({"name": "(TextArena)", "source": "textarena", "unavailable": str(exc)})
+    return rows + own
+
+
+def _cells(row: dict[str, Any]) -> list[str]:
+    if "unavailable" in row:
+        return [row["name"], row["source"], "", "", "", "", row["unavailable"]]
+    kwargs = ", ".join(
+        [*row["required"], *(f"{k}={v!r}" for k, v in row["kwargs"].items())]
+        + (["..."] if row["open_ended"] else [])
+    )
     return [
-        game.name,
-        source,
-        str(len(env.possible_agents)),
-        kind,
-        _kwargs(games.registry.factory_of(game), fixed or {}),
-        exact,
+        row["name"],
+        row["source"],
+        str(row["seats"]),
+        row["kind"],
+        ", ".join(row["bots"]) or "-",
+        ", ".join(row["exact"]) or "-",
+        kwargs,
     ]
 
 
@@ -52,46 +133,20 @@ def games_list_cmd(
         list[str] | None,
         typer.Option("--entry-point", help="Also show an own env factory, 'pkg.module:factory'."),
     ] = None,
+    json_out: Json = False,
 ) -> None:
-    """Show every game: seats, competitive or cooperative, keyword arguments with their
-    defaults, and whether an exact evaluation (exploitability) exists."""
-    from rich.console import Console
-    from rich.table import Table
-
-    from marl import games
-    from marl.agents.checks import game_problems
-    from marl.config import GameConfig
-    from marl.games import textarena
-    from marl.games.registry import installed_plugins
-    from marl.games.tasks import task_names
-
-    table = Table(title="marl-teams games")
-    for column in ("name", "source", "seats", "kind", "kwargs (defaults)", "exact eval"):
-        table.add_column(column, overflow="fold")
-    plugins = installed_plugins()
-    for name in games.names():
-        source = f"plugin {plugins[name].value}" if name in plugins else "registry"
-        table.add_row(*_row(GameConfig(name=name), source))
-    for name in sorted(set(task_names()) - set(games.names())):
-        table.add_row(name, "registry", "team", "cooperative task (free text)", "", "no")
-    try:
-        for name in textarena.names():
-            table.add_row(
-                *_row(
-                    GameConfig(name=name, source="textarena"),
-                    "textarena",
-                    textarena.default_kwargs(name),
-                )
-            )
-    except ImportError as exc:
-        table.add_row("(TextArena)", "textarena", "", "", str(exc), "")
-    for spec in entry_point or []:
-        game = GameConfig(entry_point=spec)
-        problems, _ = game_problems(game, tasks=False)  # imports, builds, plays one game
-        if problems:
-            fail(f"--entry-point {spec}: {problems[0][1]}")
-        table.add_row(*_row(game, "entry_point"))
-    Console().print(table)
+    """Show every game: seats, competitive or cooperative, its bots, its exact evaluations
+    (exploitability: `marl eval exploitability`; outcomes vs bots: `marl eval against`) and
+    its keyword arguments with their defaults."""
+    rows = _listing(entry_point or [])
+    if json_out:
+        output.emit(rows)
+        return
+    columns = ("name", "source", "seats", "kind", "bots", "exact eval", "kwargs (defaults)")
+    shown = output.table("marl-teams games", dict.fromkeys(columns, "left"))
+    for row in rows:
+        shown.add_row(*_cells(row))
+    output.show(output.console(), shown)
 
 
 def register(app: typer.Typer) -> None:

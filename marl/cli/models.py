@@ -9,7 +9,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from marl.cli import output
 from marl.cli.common import fail, load_team, quiet_transformers
+from marl.cli.output import Json
 
 if TYPE_CHECKING:
     from marl.config.schema import RoleConfig
@@ -18,34 +20,38 @@ models_app = typer.Typer(no_args_is_help=True, help="The model registry.")
 
 
 @models_app.command("list")
-def models_list_cmd() -> None:
+def models_list_cmd(json_out: Json = False) -> None:
     """Show registered models, where their weights come from, and whether they are cached."""
-    from rich.console import Console
-    from rich.table import Table
-
     from marl.agents.models import DEFAULT_MODEL, ModelError, list_models, marl_home
 
-    table = Table(title="marl-teams models")
-    table.add_column("name", no_wrap=True)
-    for column in ("description", "source", "cached"):
-        table.add_column(column)
+    rows = []
     for spec in list_models():
         if not spec.cache:
             cached = "n/a (in memory)"
         elif spec.is_cached():
-            cached = "[green]yes[/green]"
+            cached = "yes"
         else:
             cached = "no (converted on first use)"
             if spec.check_available is not None:
                 try:
                     spec.check_available()
                 except ModelError as exc:
-                    cached = f"[red]not installed[/red]: {exc}"
-        table.add_row(spec.name, spec.description, spec.source, cached)
-    console = Console()
-    console.print(table)
+                    cached = f"not installed: {exc}"
+        rows.append(
+            {"name": spec.name, "description": spec.description}
+            | {"source": spec.source, "cached": cached}
+        )
+    cache = marl_home() / "models"
+    if json_out:
+        output.emit({"models": rows, "default": DEFAULT_MODEL, "cache": str(cache)})
+        return
+    shown = output.table("marl-teams models", dict.fromkeys(rows[0] if rows else (), "left"))
+    for row in rows:
+        shown.add_row(*row.values())
+    console = output.console()
+    output.show(console, shown)
     console.print(
-        f"default: {DEFAULT_MODEL}; cache: {marl_home() / 'models'} ($MARL_HOME)", highlight=False
+        f"default: {DEFAULT_MODEL}; cache: {cache} ($MARL_HOME)", highlight=False, soft_wrap=True
     )
 
 
@@ -94,35 +100,39 @@ PROBES: dict[str, Callable[[RoleConfig, dict[str, tuple]], None]] = {
 @models_app.command("check")
 def models_check_cmd(
     team: Annotated[str, typer.Argument(help="Team YAML file.")],
+    json_out: Json = False,
 ) -> None:
     """Probe every role's model: local weights load and generate a token, a hosted endpoint
     answers a tiny chat request.  Exit code 2 if any role fails."""
     quiet_transformers()
-    from rich.console import Console
-    from rich.table import Table
-
     cfg = load_team(team)
-    table = Table(title=f"models of team {cfg.name}")
-    for column in ("role", "backend", "model", "status", "latency"):
-        table.add_column(
-            column, justify="right" if column == "latency" else "left", overflow="fold"
-        )  # a long URL wraps rather than loses its end
     loaded: dict[str, tuple] = {}  # roles on one base model load it once
-    failed = []
-    console = Console()
+    rows = []
+    console = output.console(json_out)
     for role in cfg.roles:
         start = time.perf_counter()
         try:
             with console.status(f"Probing {role.name} ({role.backend} {role.model})..."):
                 PROBES[role.backend](role, loaded)
-            status = "[green]ok[/green]"
+            status = "ok"
         except Exception as exc:  # noqa: BLE001 - a probe reports whatever stops a role
-            failed.append(role.name)
-            status = f"[red]failed[/red]: {exc}"
-        table.add_row(
-            role.name, role.backend, role.model, status, f"{time.perf_counter() - start:.2f} s"
+            status = f"failed: {exc}"
+        rows.append(
+            {"role": role.name, "backend": role.backend, "model": role.model}
+            | {"status": status, "seconds": round(time.perf_counter() - start, 3)}
         )
-    console.print(table)
+    if json_out:
+        output.emit({"team": cfg.name, "roles": rows})
+    else:
+        shown = output.table(
+            f"models of team {cfg.name}",
+            {"role": "left", "backend": "left", "model": "left", "status": "left"}
+            | {"latency": "right"},
+        )  # a long URL folds rather than loses its end
+        for row in rows:
+            shown.add_row(*list(row.values())[:4], f"{row['seconds']:.2f} s")
+        output.show(console, shown)
+    failed = [row["role"] for row in rows if row["status"] != "ok"]
     if failed:
         fail(f"{len(failed)} of {len(cfg.roles)} roles failed: {', '.join(failed)}")
 

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from marl.cli import output
 from marl.cli.common import fail, load_team, quiet_transformers
 from marl.cli.errors import writing
+from marl.cli.output import Json
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from marl.config import TeamConfig
+    from marl.orchestrator.arena.play import PlayReport
 
 
 Config = Annotated[str, typer.Argument(help="Team YAML file.")]
@@ -72,23 +75,52 @@ def play_cmd(
     out: Out = None,
     mode: Mode = None,
     temperature: Temperature = None,
+    json_out: Json = False,
 ) -> None:
     """Play the team's game and print wins/draws/losses per seat and the parse-error rate;
     with --human, play it yourself against a bot or a trained agent."""
     quiet_transformers()
-    from rich.console import Console
-
+    if human and json_out:
+        fail("--json reports games between players; --human plays in this terminal")
     cfg = _team(config, game, mode, temperature)
     n_seats = _seats(config, cfg)
     if against is None and not human:
         against = _default_opponent(config, cfg, n_seats)
-    console = Console()
+    _check_players(cfg, against, seat if human else None)
+    console = output.console(json_out)
     with writing(out or "runs"):
         transcripts = transcript_file(out)
     if human:
         _play_human(cfg, against, episodes, seed, seat, transcripts, console)
         return
-    _play_bots(cfg, against, n_seats, episodes, seed, concurrency, transcripts, console)
+    report = _play_bots(cfg, against, n_seats, episodes, seed, concurrency, transcripts, console)
+    if json_out:
+        output.emit(_report_doc(report, cfg, transcripts))
+        return
+    from marl.orchestrator.arena.play import report_table
+
+    output.show(console, report_table(report, title=f"{cfg.name} on {cfg.game.name}"))
+    console.print(f"transcripts: {transcripts}", highlight=False, soft_wrap=True)
+
+
+def _report_doc(report: PlayReport, cfg: TeamConfig, transcripts: Path) -> dict[str, Any]:
+    """``--json``: outcomes per participant and seat, the model-turn error counts."""
+    return {
+        "team": cfg.name,
+        "game": cfg.game.name,
+        "episodes": report.episodes,
+        "records": [
+            {"participant": name, "seat": seat, "games": rec.games, "wins": rec.wins}
+            | {"draws": rec.draws, "losses": rec.losses}
+            for (name, seat), rec in sorted(report.records.items())
+        ],
+        "model_turns": report.model_turns,
+        "parse_errors": report.parse_errors,
+        "parse_error_rate": report.parse_error_rate,
+        "illegal_moves": report.illegal_moves,
+        "forfeits": report.forfeits,
+        "transcripts": str(transcripts),
+    }
 
 
 def _team(config: str, game: str | None, mode: str | None, temperature: float | None) -> TeamConfig:
@@ -114,6 +146,19 @@ def _seats(config: str, cfg: TeamConfig) -> int:
         return len(games.make_from_config(cfg.game).possible_agents)
     except (TypeError, ValueError) as exc:
         fail(f"{config}: game.kwargs {cfg.game.kwargs} do not fit {cfg.game.name}: {exc}")
+
+
+def _check_players(cfg: TeamConfig, against: str | None, seat: str | None) -> None:
+    """Exit 2 on an opponent that names nothing or a seat the game lacks, before any model
+    loads."""
+    from marl import games
+    from marl.cli.targets import check_target
+
+    if against is not None:
+        check_target(against, cfg.game.name)
+    seats = games.make_from_config(cfg.game).possible_agents
+    if seat is not None and seat not in seats:
+        fail(f"--seat {seat}: {cfg.game.name} has the seats {', '.join(seats)}")
 
 
 def _default_opponent(config: str, cfg: TeamConfig, n_seats: int) -> str | None:
@@ -143,14 +188,14 @@ def _play_bots(
     concurrency: int,
     transcripts: Path,
     console: Console,
-) -> None:
-    """The team against itself or ``against`` in the other seats; the report table printed."""
+) -> PlayReport:
+    """The team against itself or ``against`` in the other seats: the games' report."""
     from rich.progress import Progress
 
     from marl.agents.builder import build_roster
     from marl.agents.models import ModelError
     from marl.agents.participants import ParticipantLoader
-    from marl.orchestrator.arena.play import play, report_table
+    from marl.orchestrator.arena.play import play
 
     try:
         with console.status(f"Loading team {cfg.name}..."):
@@ -177,8 +222,7 @@ def _play_bots(
             transcripts=transcripts,
             on_episode=lambda ep: bar.advance(task),
         )
-    console.print(report_table(report, title=f"{cfg.name} on {cfg.game.name}"))
-    console.print(f"transcripts: {transcripts}")
+    return report
 
 
 def transcript_file(out: str | None) -> Path:

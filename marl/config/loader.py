@@ -1,5 +1,7 @@
 """Load and validate config YAML files (teams, tournaments), reporting every problem as
-``FILE:LINE:COL: path: message``.
+``FILE:LINE:COL: path: message``, all in one pass: the fields that fail are reported and
+dropped (their defaults standing in) so that the rules spanning sections and the checks that
+need the game still run on the rest.
 
 The YAML is parsed with :class:`MarkedLoader`, a ``yaml.SafeLoader`` that remembers where every
 mapping key and value starts, so a pydantic error at ``roles.1.decoding.temperature`` can be
@@ -28,7 +30,14 @@ from yaml.events import AliasEvent
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from yaml.reader import ReaderError
 
-from marl.config.schema import CROSS_CHECK_ERROR, SCHEMA_ID, PathProblem, TeamConfig, dotted
+from marl.config.schema import (
+    CROSS_CHECK_ERROR,
+    DEFER_RULES,
+    SCHEMA_ID,
+    PathProblem,
+    TeamConfig,
+    dotted,
+)
 from marl.config.tournament import TOURNAMENT_SCHEMA_ID, TournamentConfig
 
 M = TypeVar("M", bound=BaseModel)
@@ -337,11 +346,9 @@ class _Locator:
         return Problem(self.file, line, col, dotted(path), message)
 
 
-def _validation_problems(
-    exc: ValidationError, model: type[BaseModel], at: _Locator
-) -> list[Problem]:
+def _validation_problems(errors: list[Any], model: type[BaseModel], at: _Locator) -> list[Problem]:
     out: list[Problem] = []
-    for err in exc.errors():
+    for err in errors:
         loc = tuple(err["loc"])
         if err["type"] == CROSS_CHECK_ERROR:
             for rel, msg in err["ctx"]["problems"]:
@@ -351,6 +358,80 @@ def _validation_problems(
         else:
             out.append(at.problem(loc, _pydantic_message(err, model)))
     return out
+
+
+def _drop(data: Any, loc: YamlPath) -> YamlPath | None:
+    """Remove the mapping key that holds the value at ``loc`` (the deepest one the data has),
+    so the field's default stands in: the path removed, None where that would shift a list."""
+    node, keys = data, []
+    for part in loc:
+        if (
+            isinstance(node, dict)
+            and part in node
+            or isinstance(node, list)
+            and (isinstance(part, int) and 0 <= part < len(node))
+        ):
+            keys.append(part)
+            node = node[part]
+        else:
+            break
+    parent = data
+    for part in keys[:-1]:
+        parent = parent[part]
+    if not keys or not isinstance(parent, dict):
+        return None
+    del parent[keys[-1]]
+    return tuple(keys)
+
+
+def _overlaps(path: str, dropped: Sequence[str]) -> bool:
+    """Whether ``path`` (dotted) is, holds or lies inside one of the ``dropped`` paths."""
+    return any(path == d or path.startswith(f"{d}.") or d.startswith(f"{path}.") for d in dropped)
+
+
+def _salvaged(
+    data: dict[Any, Any], model: type[M], at: _Locator, dropped: list[str]
+) -> tuple[M | None, list[Problem]]:
+    """Validate ``data`` with the root's rules deferred: its field errors (those at a
+    ``dropped`` path left out), and the config with every failed field dropped (its default
+    standing in) where that validates, so the rules and checks still run on the rest."""
+    context = {DEFER_RULES: True}
+    try:
+        return model.model_validate(data, context=context), []
+    except ValidationError as exc:
+        errors = exc.errors()
+    problems = [
+        p for p in _validation_problems(errors, model, at) if not _overlaps(p.path, dropped)
+    ]
+    removed = [_drop(data, tuple(e["loc"])) for e in errors]
+    dropped += [dotted(tuple(e["loc"])) for e in errors]
+    dropped += [dotted(path) for path in removed if path is not None]
+    if None in removed:
+        return None, problems
+    try:
+        return model.model_validate(data, context=context), problems
+    except ValidationError:
+        return None, problems  # what is left is no config: no rule or check can run
+
+
+def _later_problems(
+    cfg: BaseModel, checks: Sequence[Check], at: _Locator, dropped: list[str], earlier: bool
+) -> list[Problem]:
+    """The root's rules that span sections, then ``checks`` (those needing the game), except
+    at ``dropped`` paths, and a check's at a section a rule already faults (the builder would
+    say the same again).  A check that fails on a config with ``earlier`` problems (built from
+    what was left of it) adds nothing: those problems are the ones to mend."""
+    rules = [at.problem(tuple(p), msg) for p, msg in getattr(cfg, "cross_check", list)()]
+    rules = [p for p in rules if not _overlaps(p.path, dropped)]
+    found: list[Problem] = []
+    for check in checks:
+        try:
+            found += [at.problem(tuple(p), msg) for p, msg in check(cfg)]
+        except Exception:
+            if not (earlier or rules):
+                raise
+    faulted = dropped + [p.path for p in rules]
+    return rules + [p for p in found if not _overlaps(p.path, faulted)]
 
 
 def _reader_problem(exc: ReaderError, text: str, file: str) -> Problem:
@@ -412,14 +493,14 @@ def _check_text(
     problems = [
         Problem(file, m.line + 1, m.column + 1, dotted(p), msg) for p, m, msg in loader.problems
     ]
-    if problems:  # validating values like "${UNSET}" would only add confusing follow-ups
-        return None, problems
-    try:
-        cfg = model.model_validate(data)
-    except ValidationError as exc:
-        return None, sorted(_validation_problems(exc, model, at), key=lambda p: (p.line, p.col))
-    for check in checks:
-        problems += [at.problem(tuple(p), msg) for p, msg in check(cfg)]
+    dropped = [dotted(p) for p, _, _ in loader.problems]  # "${UNSET}" is validated no further
+    for p, _, _ in loader.problems:
+        if (path := _drop(data, p)) is not None:
+            dropped.append(dotted(path))
+    cfg, found = _salvaged(data, model, at, dropped)
+    problems += found
+    if cfg is not None:
+        problems += _later_problems(cfg, checks, at, dropped, bool(problems))
     if problems:
         return None, sorted(problems, key=lambda p: (p.line, p.col))
     return cfg, []

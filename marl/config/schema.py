@@ -15,7 +15,7 @@ import string
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from marl.config.base import Float, Int, Precision, StrictModel
@@ -42,6 +42,9 @@ CALL_TIMEOUT_S = 60.0
 MAX_TURNS = 10_000
 
 CROSS_CHECK_ERROR = "cross_check"
+#: The validation context key under which a root's cross-section rules wait: the loader runs
+#: them itself, so that they are reported beside the same file's field errors.
+DEFER_RULES = "defer_rules"
 
 
 def dotted(path: Iterable[str | int]) -> str:
@@ -566,8 +569,9 @@ class TeamConfig(StrictModel):
         return [problem for rule in TEAM_RULES for problem in rule(self)]
 
     @model_validator(mode="after")
-    def _cross_check(self) -> TeamConfig:
-        raise_problems(self.cross_check())
+    def _cross_check(self, info: ValidationInfo) -> TeamConfig:
+        if not (info.context or {}).get(DEFER_RULES):
+            raise_problems(self.cross_check())
         return self
 
 

@@ -173,6 +173,22 @@ def resolve(path: str | Path) -> Resolved:
     return Resolved(path, None)
 
 
+def why_missing(path: str | Path) -> str:
+    """What a path a user gave lacks, and how to get it: a run's ``best`` is written only
+    when training measures exploitability, its ``latest`` with its first checkpoint."""
+    path = Path(path)
+    run = path.parent
+    if path.name == BEST and has_history(run):
+        return (
+            f"{path} does not exist: the run has no best checkpoint; training writes one when it "
+            "measures exploitability (set train.eval_every in the team file, games with an exact "
+            f"tree only); {run} names its latest checkpoint"
+        )
+    if path.name == LATEST and has_history(run):
+        return f"{path} does not exist: the run has no complete checkpoint yet"
+    return f"{path} does not exist"
+
+
 def checkpoint_folder(path: str | Path) -> Path:
     """The folder a team is loaded from for ``path`` (see :func:`resolve`)."""
     return resolve(path).folder

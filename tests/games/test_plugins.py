@@ -4,6 +4,7 @@ by ``entry_point`` in team and tournament files, through the plain ``marl`` comm
 from __future__ import annotations
 
 import csv
+import json
 from importlib.metadata import EntryPoint
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from helpers import PLUGINS, marl
 from marl import games
 from marl.config import ConfigError, GameConfig, TeamConfig, load_config
 from marl.games import registry
+from marl.games.bots import bot_names
 
 TEAM = """\
 schema: marl-teams/v1
@@ -157,28 +159,48 @@ def test_validate_play_train_on_ray_and_tournament_from_the_plain_cli(tmp_path: 
         assert sorted(r["name"] for r in csv.DictReader(f)) == ["a", "b", "run"]
 
 
-def test_games_list_shows_seats_kinds_kwargs_and_exact_evaluation() -> None:
+def test_games_list_shows_seats_kinds_kwargs_bots_and_exact_evaluations(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every exact evaluation a game has (exploitability on a tree, outcomes against its bots
+    where it has perfect information) and its bots, read from the registries; a factory that
+    fails is one line."""
     from typer.testing import CliRunner
 
     from marl.cli import app
 
     result = CliRunner().invoke(
-        app, ["games", "list", "--entry-point", "pz_games:closest_number"], env={"COLUMNS": "200"}
+        app, ["games", "list", "--entry-point", "pz_games:closest_number", "--json"]
     )
     assert result.exit_code == 0, result.output
-    rows = {
-        line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]
-        for line in result.output.splitlines()
-        if line.startswith("│") and line.split("│")[1].strip()
-    }
-    assert rows["kuhn_poker"][:2] == ["registry", "2"] and rows["kuhn_poker"][-1] == "yes"
-    assert rows["tiny_hanabi"][2] == "cooperative" and rows["negotiation"][2] == "general-sum"
-    assert rows["pz_games:closest_number"] == [
+    rows = {row["name"]: row for row in json.loads(result.stdout)}
+    assert rows["kuhn_poker"]["source"] == "registry" and rows["kuhn_poker"]["seats"] == 2
+    assert rows["kuhn_poker"]["exact"] == rows["leduc_poker"]["exact"] == ["exploitability"]
+    for game in ("tic_tac_toe", "connect_four", "nim"):
+        assert rows[game]["exact"] == ["outcomes vs bots"], game
+        assert rows[game]["bots"] == bot_names(game)
+    assert "optimal" in rows["connect_four"]["bots"] and rows["rps"]["exact"] == []
+    assert rows["tiny_hanabi"]["kind"] == "cooperative"
+    assert rows["negotiation"]["kind"] == "general-sum"
+    own = rows["pz_games:closest_number"]
+    assert (own["source"], own["seats"], own["kind"], own["exact"]) == (
         "entry_point",
-        "2",
+        2,
         "competitive",
-        "target=2, numbers=4",
-        "no",
+        [],
+    )
+    assert own["kwargs"] == {"target": 2, "numbers": 4}
+    table = CliRunner().invoke(app, ["games", "list"], env={"COLUMNS": "80"})
+    line = next(ln for ln in table.stdout.splitlines() if ln.startswith("│ tic_tac_toe "))
+    assert "heuristic, optimal, random" in line and "outcomes vs bots" in line
+    (tmp_path / "broken_games.py").write_text(
+        "def make(**kwargs):\n    raise RuntimeError('boom')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    broken = CliRunner().invoke(app, ["games", "list", "--entry-point", "broken_games:make"])
+    assert broken.exit_code == 2 and "Traceback" not in broken.output
+    assert broken.output.strip().splitlines() == [
+        "error: --entry-point broken_games:make: the factory fails: RuntimeError: boom"
     ]
     bad = CliRunner().invoke(app, ["games", "list", "--entry-point", "nowhere_mod:f"])
     assert bad.exit_code == 2 and "does not import" in bad.output

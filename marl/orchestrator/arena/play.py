@@ -141,7 +141,9 @@ def report_table(report: PlayReport, title: str) -> Table:
     """Wins/draws/losses per participant and seat, then the model-turn error rates."""
     table = Table(title=title)
     for col in ("participant", "seat", "games", "wins", "draws", "losses", "win rate"):
-        table.add_column(col, justify="left" if col in ("participant", "seat") else "right")
+        table.add_column(
+            col, justify="left" if col in ("participant", "seat") else "right", no_wrap=True
+        )
     for (name, seat), rec in sorted(report.records.items()):
         table.add_row(
             name,

@@ -198,11 +198,7 @@ def ratings_table(report: RatingReport, title: str) -> Table:
     header, rows = rating_rows(report)
     table = Table(title=title, caption="\n".join(summary_lines(report)))
     for h in header:
-        table.add_column(
-            h,
-            justify="left" if h == "name" else "right",
-            no_wrap=h in ("name", "95% CI", "return 95% CI", "W/D/L"),
-        )
+        table.add_column(h, justify="left" if h == "name" else "right", no_wrap=True)
     for row in rows:
         table.add_row(*row)
     return table

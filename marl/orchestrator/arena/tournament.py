@@ -41,7 +41,7 @@ from marl.config.tournament import ParticipantConfig, TournamentConfig
 from marl.games.bots import bot_names
 from marl.infra.actors import ActorPool, ActorPoolError, start_ray
 from marl.infra.jsonl import complete_lines
-from marl.infra.layout import checkpoint_folder
+from marl.infra.layout import checkpoint_folder, has_history, why_missing
 from marl.infra.seeds import derive_seed, reseed
 from marl.orchestrator.arena.ratings import Outcome, Rating, RatingReport, pair_score, rate
 
@@ -242,7 +242,9 @@ def source_problems(cfg: TournamentConfig, base: Path) -> list[PathProblem]:
         path = resolve_source(p.source, cfg.game.name, base)
         if path == p.source and not Path(path).is_absolute():
             continue
-        if not Path(path).exists():
+        if not Path(path).exists() and has_history(Path(path).parent):
+            problems.append((("participants", i, "source"), why_missing(path)))
+        elif not Path(path).exists():
             problems.append(
                 (
                     ("participants", i, "source"),
