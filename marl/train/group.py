@@ -23,11 +23,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from marl.infra.actors import RayStartError
+
 PLACEMENT_TIMEOUT_S = 120.0
 
 
-class LearnerGroupError(RuntimeError):
-    """The cluster cannot hold the learner group; the message says what it asked for."""
+class LearnerGroupError(RayStartError):
+    """The cluster cannot hold the learner group; the message says what it asked for (the
+    command line prints it in one line, as it does any Ray start error)."""
 
 
 class LearnerGroup:
@@ -42,6 +45,7 @@ class LearnerGroup:
         ranks: int,
         resources: dict[str, float],
         placement: str = "pack",
+        timeout_s: float = PLACEMENT_TIMEOUT_S,
     ) -> None:
         import ray
         from ray.util.placement_group import placement_group, remove_placement_group
@@ -50,7 +54,7 @@ class LearnerGroup:
         self.ray = ray
         bundle = {k: v for k, v in resources.items() if v > 0}
         self.pg = placement_group([bundle] * ranks, strategy=placement.upper())
-        if not self.pg.wait(timeout_seconds=PLACEMENT_TIMEOUT_S):
+        if not self.pg.wait(timeout_seconds=timeout_s):
             remove_placement_group(self.pg)
             raise LearnerGroupError(
                 f"train.learner.ranks: {ranks} ranks of {bundle} each ({placement}) do not fit "

@@ -20,7 +20,7 @@ from helpers import tiny_team
 from marl.config import load_config_text
 from marl.config.loader import ConfigError
 from marl.train.checkpoint import load_optimizer_state, save_optimizer_state
-from marl.train.group import LearnerGroup
+from marl.train.group import LearnerGroup, LearnerGroupError
 from marl.train.learner import TrainItem
 from marl.train.ranks import Ranks
 from marl.train.runtime import LearnerProcess, _LearnerActor
@@ -101,6 +101,11 @@ def test_shares_are_balanced_by_tokens_and_cover_the_batch() -> None:
     assert max(loads) - min(loads) <= 5  # at most one item's tokens apart
     assert shares == [Ranks(r, 3).share(list(reversed(items))) for r in range(3)]
     assert Ranks().share(items) == items
+
+
+def test_a_group_the_cluster_cannot_hold_is_refused_in_one_line(local_ray) -> None:
+    with pytest.raises(LearnerGroupError, match=r"ranks: 2 ranks of \{'CPU': 2\.0\}"):
+        LearnerGroup(ray.remote(_LearnerActor), _cfg("torch"), KEY, 2, {"CPU": 2.0}, timeout_s=1)
 
 
 @pytest.mark.parametrize(("backend", "stage"), [("torch", 1), ("deepspeed", 1), ("deepspeed", 2)])
