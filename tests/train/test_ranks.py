@@ -10,6 +10,7 @@ share holds several agents and the padding of the shorter shares is exercised.
 from __future__ import annotations
 
 import copy
+import json
 import random
 
 import pytest
@@ -24,6 +25,7 @@ from marl.train.group import LearnerGroup, LearnerGroupError
 from marl.train.learner import TrainItem
 from marl.train.ranks import Ranks
 from marl.train.runtime import LearnerProcess, _LearnerActor
+from marl.train.trainer import Trainer
 
 ADAPTERS = ["player", "rival"]
 KEY = "tiny-random"
@@ -167,3 +169,30 @@ def test_zero3_is_refused_on_several_ranks_because_the_ranks_forwards_differ() -
         load_config_text(
             tiny_team("kuhn_poker", "  ray: {enabled: false}\n  learner: {ranks: 2}\n")
         )
+
+
+KUHN = """\
+  steps: {steps}
+  group_size: 2
+  groups_per_step: 1
+  checkpoint_every: 1
+  ray: {{cpus_per_worker: 0.5, cpus_per_learner: 0.5}}
+  learner: {{ranks: {ranks}}}
+"""
+
+
+def test_a_trainer_on_two_ranks_checkpoints_once_and_resumes_on_one(local_ray, tmp_path) -> None:
+    """Through the trainer and its Ray runtime: a 2-rank learner group trains a step and
+    checkpoints; the run resumes with one rank and trains the next."""
+    run = tmp_path / "run"
+    for steps, ranks, resume in ((1, 2, False), (2, 1, True)):
+        cfg = load_config_text(tiny_team("kuhn_poker", KUHN.format(steps=steps, ranks=ranks)))
+        trainer = Trainer(cfg, run, resume=resume)
+        try:
+            assert [len(g.actors) for g in trainer.runtime.learners.values()] == [ranks]
+            trainer.fit()
+        finally:
+            trainer.runtime.shutdown()
+    rows = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "learner" in r] == [1, 2]
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_000001", "step_000002"]
