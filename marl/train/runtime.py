@@ -197,7 +197,7 @@ class _WorkerActor(RolloutWorker, _Placed):
         _place(self.roster)
 
 
-class _LearnerActor(LearnerProcess, _Placed):
+class LearnerRank(LearnerProcess, _Placed):
     """One rank of a :class:`~marl.train.group.LearnerGroup`: its learner is built once the
     rank has joined its group (:meth:`join`), where DeepSpeed will find it."""
 
@@ -234,7 +234,7 @@ class RayRuntime:
         resources = {"CPU": rc.cpus_per_learner, "GPU": rc.gpus_per_learner}
         self.learners = {
             k: LearnerGroup(
-                ray.remote(_LearnerActor), self.data, k, lc.ranks, resources, lc.placement
+                ray.remote(LearnerRank), self.data, k, lc.ranks, resources, lc.placement
             )
             for k in trainable_hosts(cfg)
         }

@@ -23,7 +23,7 @@ import ray  # noqa: E402
 from marl.config import load_config_text  # noqa: E402
 from marl.train.group import LearnerGroup  # noqa: E402
 from marl.train.learner import TrainItem  # noqa: E402
-from marl.train.runtime import LearnerProcess, _LearnerActor  # noqa: E402
+from marl.train.runtime import LearnerProcess, LearnerRank  # noqa: E402
 
 TEAM = """\
 schema: marl-teams/v1
@@ -58,7 +58,7 @@ def batch(seed: int, n: int = 14) -> list[TrainItem]:
 def gaps(backend: str, stage: int) -> tuple[float, float]:
     cfg = load_config_text(TEAM.format(backend=backend, stage=stage)).model_dump(by_alias=True)
     one = LearnerProcess(cfg, "tiny-random")
-    group = LearnerGroup(ray.remote(_LearnerActor), cfg, "tiny-random", 2, {"CPU": 0.5})
+    group = LearnerGroup(ray.remote(LearnerRank), cfg, "tiny-random", 2, {"CPU": 0.5})
     try:
         norm_gap = 0.0
         for seed in range(3):

@@ -24,7 +24,7 @@ from marl.train.checkpoint import load_optimizer_state, save_optimizer_state
 from marl.train.group import LearnerGroup, LearnerGroupError
 from marl.train.learner import TrainItem
 from marl.train.ranks import Ranks
-from marl.train.runtime import LearnerProcess, _LearnerActor
+from marl.train.runtime import LearnerProcess, LearnerRank
 from marl.train.trainer import Trainer
 
 ADAPTERS = ["player", "rival"]
@@ -107,7 +107,7 @@ def test_shares_are_balanced_by_tokens_and_cover_the_batch() -> None:
 
 def test_a_group_the_cluster_cannot_hold_is_refused_in_one_line(local_ray) -> None:
     with pytest.raises(LearnerGroupError, match=r"ranks: 2 ranks of \{'CPU': 2\.0\}"):
-        LearnerGroup(ray.remote(_LearnerActor), _cfg("torch"), KEY, 2, {"CPU": 2.0}, timeout_s=1)
+        LearnerGroup(ray.remote(LearnerRank), _cfg("torch"), KEY, 2, {"CPU": 2.0}, timeout_s=1)
 
 
 @pytest.mark.parametrize(("backend", "stage"), [("torch", 1), ("deepspeed", 1), ("deepspeed", 2)])
@@ -116,7 +116,7 @@ def test_two_ranks_update_as_one_and_resume_across_rank_counts(
 ) -> None:
     cfg = _cfg(backend, stage)
     one = LearnerProcess(cfg, KEY)
-    group = LearnerGroup(ray.remote(_LearnerActor), cfg, KEY, 2, {"CPU": 0.5})
+    group = LearnerGroup(ray.remote(LearnerRank), cfg, KEY, 2, {"CPU": 0.5})
     try:
         _close(one.weights(), group.call("weights"))
         for seed in range(2):
