@@ -7,24 +7,28 @@ backends cannot drift apart.  Both optimise only the trainable LoRA parameters w
 weight decay) and clip the global gradient norm to ``max_grad_norm``; both save their state in
 torch AdamW's per-parameter format, so a checkpoint written by one backend resumes under the other.
 
-DeepSpeed on one process
-------------------------
-One learner process owns one base model (world size 1), so ZeRO shards nothing here; what the
-backend brings is DeepSpeed's engine (bf16/fp16 mixed precision with fp32 master weights on a
-GPU when ``train.precision`` asks for it, its clipping and overflow handling) and a code path
-that a multi-rank learner can reuse.
+DeepSpeed on one process, or on a learner group
+-----------------------------------------------
+A learner of one rank owns its base model alone (world size 1), so ZeRO shards nothing; what
+the backend brings there is DeepSpeed's engine (bf16/fp16 mixed precision with fp32 master
+weights on a GPU when ``train.precision`` asks for it, its clipping and overflow handling).
+With ``train.learner.ranks > 1`` the ranks' group exists before the engine is built
+(:mod:`marl.train.group`) and ZeRO-1/2 partition the AdamW state (and ZeRO-2 the gradients)
+over it; each rank's loss is scaled by the world size so that DeepSpeed's averaging reduction
+gives the sum the learner's normalisation needs (:mod:`marl.train.ranks`).
 To run it in an ordinary process:
 
 - a process group is started if there is none: gloo on CPU (NCCL on a GPU), world size 1, on a
   TCP store bound to port 0 of the loopback address, so the OS picks a free port (no race);
 - ``DS_ACCELERATOR=cpu`` when the model is on the CPU, so DeepSpeed does not guess;
 - nothing is JIT-compiled.  DeepSpeed's CPU accelerator builds a shared-memory all-reduce kernel
-  when its communication backend starts (about a minute on two cores); a world-size-1 group has
-  no peer to share memory with, so that op is marked incompatible and DeepSpeed takes its own
-  plain torch.distributed path.  The optimizer is torch's AdamW given to DeepSpeed as a client
-  optimizer, not DeepSpeed's CPU-Adam/FusedAdam ops, which would need compiling too.  Any op
-  that still gets built (e.g. multi-rank on CPU) is cached under ``$MARL_HOME/torch_extensions``
-  (``TORCH_EXTENSIONS_DIR``), so only the first start pays for it.
+  when its communication backend starts (about a minute on two cores); the learner's
+  collectives are plain torch.distributed ones (that kernel serves DeepSpeed's inference
+  path), so the op is marked incompatible and never built, on one rank or several.  The
+  optimizer is torch's AdamW given to DeepSpeed as a client optimizer, not DeepSpeed's
+  CPU-Adam/FusedAdam ops, which would need compiling too.  Any op that still gets built is
+  cached under ``$MARL_HOME/torch_extensions`` (``TORCH_EXTENSIONS_DIR``), so only the first
+  start pays for it.
 """
 
 from __future__ import annotations

@@ -14,8 +14,10 @@ scaled by the world size), so the update equals the 1-rank update.
 
 Every rank runs the same sequence of micro-batches: per agent, as many as the rank with the
 most, padded with zero-weight copies of the agent's first item (:meth:`Ranks.schedule`).
-ZeRO-2/3 reduce gradients inside each backward, so the ranks' backwards have to pair up; the
+ZeRO-2 reduces gradients inside each backward, so the ranks' backwards have to pair up; the
 check for a non-finite loss is taken together after each micro-batch, so all ranks skip.
+(ZeRO-3 would need the ranks' *forwards* to pair up too, which the host's data-dependent
+scoring passes do not: the config keeps it on one rank.)
 
 A process with no group (or a group of one) is rank 0 of 1 and communicates nothing.
 """

@@ -83,7 +83,7 @@ def trainable_hosts(cfg: TeamConfig) -> dict[str, list[str]]:
 
 
 class LearnerProcess:
-    """A learner plus the team built around it: what one learner actor holds."""
+    """A learner plus the team built around it: what one learner rank holds."""
 
     def __init__(self, cfg: dict, key: str, roster: Roster | None = None) -> None:
         team = TeamConfig.model_validate(cfg)
