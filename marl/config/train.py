@@ -61,9 +61,11 @@ class RayConfig(StrictModel):
         0.0, ge=0, le=64, description="May be fractional: workers share."
     )
     cpus_per_learner: Float = Field(
-        1.0, gt=0, le=1024, description="CPUs Ray reserves per learner."
+        1.0, gt=0, le=1024, description="CPUs Ray reserves per learner rank."
     )
-    gpus_per_learner: Float = Field(0.0, ge=0, le=64, description="One learner per GPU: 1.")
+    gpus_per_learner: Float = Field(
+        0.0, ge=0, le=64, description="GPUs Ray reserves per learner rank; one per GPU: 1."
+    )
 
 
 class LearnerConfig(StrictModel):
@@ -76,6 +78,20 @@ class LearnerConfig(StrictModel):
         1, ge=1, le=3, description="DeepSpeed ZeRO stage (no ZeRO: backend torch)."
     )
     micro_batch: Int = Field(16, ge=1, le=65536, description="Sequences per forward/backward.")
+    ranks: Int = Field(
+        1,
+        ge=1,
+        le=1024,
+        description="Processes per learner (a learner group, with Ray): each takes a share of "
+        "the step's items and the gradients are summed over them, so the update equals one "
+        "process's; with deepspeed, ZeRO-1/2 shard over them (ZeRO-3 runs on one rank).  Each "
+        "rank reserves ray.cpus_per_learner and ray.gpus_per_learner.",
+    )
+    placement: Literal["pack", "spread"] = Field(
+        "pack",
+        description="How Ray places a learner's ranks: pack (as few nodes as fit) or spread "
+        "(over as many nodes as it can).",
+    )
 
 
 class MismatchConfig(StrictModel):
@@ -363,6 +379,24 @@ class TrainConfig(StrictModel):
                 "advantages (a return minus its state's mean, in reward units): "
                 "it needs advantage agent_wise or global, group_by: state, "
                 f"advantage_scale: none and common_mode: 0 (check {bad})"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _ranks(self) -> TrainConfig:
+        if self.learner.ranks > 1 and not self.ray.enabled:
+            raise ValueError("learner.ranks > 1 runs the ranks as Ray actors: set ray.enabled")
+        if self.learner.ranks > 1 and self.policy_target.eta > 0:
+            raise ValueError("policy_target's fit runs on one process: set learner.ranks: 1")
+        if (
+            self.learner.ranks > 1
+            and self.learner.backend == "deepspeed"
+            and self.learner.zero_stage == 3
+        ):
+            raise ValueError(
+                "learner.zero_stage 3 runs on one rank: ZeRO-3 gathers parameters in every "
+                "forward and the ranks' forwards differ in number (docs/architecture.md#learner-"
+                "groups); use zero_stage 1 or 2 with learner.ranks > 1"
             )
         return self
 

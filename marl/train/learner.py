@@ -37,6 +37,7 @@ from marl.config import TeamConfig
 from marl.config.train import TrainConfig
 from marl.train.objectives import OBJECTIVES, objective_name
 from marl.train.optim import Optimizer, OptimizerFactory, TorchAdamW
+from marl.train.ranks import Ranks
 
 
 @dataclass
@@ -116,11 +117,17 @@ class GradTap:
     The norm of one agent's share of the gradient cannot be read as a difference of ``.grad``
     before and after its micro-batches once an optimizer moves gradients out of ``.grad`` as
     they arrive (ZeRO-2/3), so it is taken from tensor hooks, which see every backward's
-    contribution before any backend handles it.
+    contribution before any backend handles it.  In a learner group each rank taps its own
+    share, and the shares are summed over the ranks before the norm is taken.
     """
 
-    def __init__(self, params: list[torch.nn.Parameter], scale: Callable[[], float]) -> None:
-        self.scale = scale
+    def __init__(
+        self,
+        params: list[torch.nn.Parameter],
+        scale: Callable[[], float],
+        ranks: Ranks | None = None,
+    ) -> None:
+        self.scale, self.params, self.ranks = scale, params, ranks or Ranks()
         self.sums: list[torch.Tensor | None] = [None] * len(params)
         self.handles = [
             p.register_hook(partial(self._add, i)) for i, p in enumerate(params) if p.requires_grad
@@ -131,6 +138,12 @@ class GradTap:
         self.sums[i] = g if self.sums[i] is None else self.sums[i].add_(g)
 
     def squared_norm(self) -> float:
+        if self.ranks.world > 1:  # every rank's share of this agent's gradient, summed
+            self.sums = [
+                torch.zeros_like(p, dtype=torch.float32) if s is None else s
+                for p, s in zip(self.params, self.sums, strict=True)
+            ]
+            self.ranks.sum_tensors(self.sums)
         return sum(float((s**2).sum()) for s in self.sums if s is not None) / self.scale() ** 2
 
     def __enter__(self) -> GradTap:
@@ -170,6 +183,7 @@ class Learner:
         self.optimizer: Optimizer = optimizer(
             host.model, self.params, lr=cfg.lr, max_grad_norm=cfg.max_grad_norm
         )
+        self.ranks = Ranks.current()  # after the optimizer, which may start a group of one
         if cfg.magnet.alpha > 0:
             self._add_magnets()
         self.objective = OBJECTIVES[objective_name(cfg)](self)
@@ -199,7 +213,7 @@ class Learner:
 
     def grad_tap(self) -> GradTap:
         """What the block's backwards add to the trained parameters' gradient."""
-        return GradTap(self.params, lambda: self.optimizer.loss_scale)
+        return GradTap(self.params, lambda: self.optimizer.loss_scale, self.ranks)
 
     # ----- the magnet: a frozen copy of each adapter
     def _add_magnets(self) -> None:

@@ -7,24 +7,28 @@ backends cannot drift apart.  Both optimise only the trainable LoRA parameters w
 weight decay) and clip the global gradient norm to ``max_grad_norm``; both save their state in
 torch AdamW's per-parameter format, so a checkpoint written by one backend resumes under the other.
 
-DeepSpeed on one process
-------------------------
-One learner process owns one base model (world size 1), so ZeRO shards nothing here; what the
-backend brings is DeepSpeed's engine (bf16/fp16 mixed precision with fp32 master weights on a
-GPU when ``train.precision`` asks for it, its clipping and overflow handling) and a code path
-that a multi-rank learner can reuse.
+DeepSpeed on one process, or on a learner group
+-----------------------------------------------
+A learner of one rank owns its base model alone (world size 1), so ZeRO shards nothing; what
+the backend brings there is DeepSpeed's engine (bf16/fp16 mixed precision with fp32 master
+weights on a GPU when ``train.precision`` asks for it, its clipping and overflow handling).
+With ``train.learner.ranks > 1`` the ranks' group exists before the engine is built
+(:mod:`marl.train.group`) and ZeRO-1/2 partition the AdamW state (and ZeRO-2 the gradients)
+over it; each rank's loss is scaled by the world size so that DeepSpeed's averaging reduction
+gives the sum the learner's normalisation needs (:mod:`marl.train.ranks`).
 To run it in an ordinary process:
 
 - a process group is started if there is none: gloo on CPU (NCCL on a GPU), world size 1, on a
   TCP store bound to port 0 of the loopback address, so the OS picks a free port (no race);
 - ``DS_ACCELERATOR=cpu`` when the model is on the CPU, so DeepSpeed does not guess;
 - nothing is JIT-compiled.  DeepSpeed's CPU accelerator builds a shared-memory all-reduce kernel
-  when its communication backend starts (about a minute on two cores); a world-size-1 group has
-  no peer to share memory with, so that op is marked incompatible and DeepSpeed takes its own
-  plain torch.distributed path.  The optimizer is torch's AdamW given to DeepSpeed as a client
-  optimizer, not DeepSpeed's CPU-Adam/FusedAdam ops, which would need compiling too.  Any op
-  that still gets built (e.g. multi-rank on CPU) is cached under ``$MARL_HOME/torch_extensions``
-  (``TORCH_EXTENSIONS_DIR``), so only the first start pays for it.
+  when its communication backend starts (about a minute on two cores); the learner's
+  collectives are plain torch.distributed ones (that kernel serves DeepSpeed's inference
+  path), so the op is marked incompatible and never built, on one rank or several.  The
+  optimizer is torch's AdamW given to DeepSpeed as a client optimizer, not DeepSpeed's
+  CPU-Adam/FusedAdam ops, which would need compiling too.  Any op that still gets built is
+  cached under ``$MARL_HOME/torch_extensions`` (``TORCH_EXTENSIONS_DIR``), so only the first
+  start pays for it.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from typing import Protocol
 import torch
 
 from marl.agents.precision import resolve
+from marl.train.ranks import Ranks
 
 Params = list[torch.nn.Parameter]
 
@@ -82,7 +87,9 @@ OptimizerFactory = Callable[..., Optimizer]
 
 
 class TorchAdamW:
-    """``torch.optim.AdamW`` on the parameters themselves."""
+    """``torch.optim.AdamW`` on the parameters themselves.  In a learner group every rank
+    holds the whole adapters and the same AdamW state; ``step`` sums the ranks' gradients
+    (one all-reduce) before clipping, so every rank applies the same update."""
 
     loss_scale = 1.0
 
@@ -90,6 +97,7 @@ class TorchAdamW:
         self, model: torch.nn.Module, params: Params, lr: float, max_grad_norm: float
     ) -> None:
         self.params, self.max_grad_norm = params, max_grad_norm
+        self.ranks = Ranks.current()
         self.optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
 
     def zero_grad(self) -> None:
@@ -102,6 +110,7 @@ class TorchAdamW:
         loss.backward()
 
     def step(self) -> float:
+        self.ranks.sum_tensors([p.grad for p in self.params])
         norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm))
         if not math.isfinite(norm):
             self.discard()
@@ -206,9 +215,9 @@ def start_deepspeed(device: torch.device):
         store = dist.TCPStore("127.0.0.1", 0, 1, is_master=True)  # port 0: a free port
         backend = "gloo" if device.type == "cpu" else accel.communication_backend_name()
         dist.init_process_group(backend, store=store, rank=0, world_size=1)
-    if dist.get_world_size() == 1:
-        # no peer to share memory with: skip building DeepSpeed's shm all-reduce kernel
-        deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+    # the learner's collectives are torch.distributed's (gloo on a CPU): skip building
+    # DeepSpeed's shared-memory all-reduce kernel, which only its inference path uses
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
     return deepspeed
 
 
@@ -235,6 +244,7 @@ class DeepSpeedAdamW:
         self.params, self.stage = params, zero_stage
         device = params[0].device
         self.ds = start_deepspeed(device)
+        self.world = Ranks.current().world
         config = deepspeed_config(zero_stage, max_grad_norm, device, precision)
         for key, value in (extra or {}).items():
             config[key] = (
@@ -268,7 +278,10 @@ class DeepSpeedAdamW:
 
     @property
     def loss_scale(self) -> float:
-        return float(self.zero.loss_scale) if self.engine.fp16_enabled() else 1.0
+        """DeepSpeed averages the ranks' gradients; each rank's loss is the 1-rank loss's
+        share (see :mod:`marl.train.ranks`), so it is scaled by the world size to make the
+        average their sum."""
+        return self.world * (float(self.zero.loss_scale) if self.engine.fp16_enabled() else 1.0)
 
     def zero_grad(self) -> None:
         """Every parameter starts the step with a zero gradient, as in ``TorchAdamW``.
@@ -294,7 +307,7 @@ class DeepSpeedAdamW:
         instead of adding to it; that is done right after each backward, which is the same point
         in the sequence."""
         with self._grad_params():  # ZeRO-3 zeroes the gradient of params not requiring grad
-            self.engine.backward(loss, scale_wrt_gas=False)
+            self.engine.backward(loss * self.world, scale_wrt_gas=False)
         self.zero.clear_backward_seen_flag()
 
     def step(self) -> float:

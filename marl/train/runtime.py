@@ -7,13 +7,14 @@ the league pool -> every worker), ``weights``, ``optimizer_states``/``load``,
 
 - :class:`LocalRuntime` builds the team once; the worker and the learners share its model, so
   nothing is copied.
-- :class:`RayRuntime` runs ``rollout_workers`` worker actors and one learner actor per trainable
-  base model, with the CPUs/GPUs the config asks for.  Weights travel through the object store
-  (``ray.put`` once, every worker reads the same object).  The workers are an
-  :class:`~marl.infra.actors.ActorPool`: a worker that dies mid-rollout is replaced by a new actor,
-  given the current weights, and its share of the episodes is replayed; because seeds come
-  from the specs, the step's result is the same.  A pool that keeps losing workers stops
-  with :class:`~marl.infra.actors.ActorPoolError`.
+- :class:`RayRuntime` runs ``rollout_workers`` worker actors and one learner group per
+  trainable base model (:class:`~marl.train.group.LearnerGroup`: ``train.learner.ranks``
+  actors in one process group), with the CPUs/GPUs the config asks for.  Weights travel
+  through the object store (``ray.put`` once, every worker reads the same object).  The
+  workers are an :class:`~marl.infra.actors.ActorPool`: a worker that dies mid-rollout is
+  replaced by a new actor, given the current weights, and its share of the episodes is
+  replayed; because seeds come from the specs, the step's result is the same.  A pool that
+  keeps losing workers stops with :class:`~marl.infra.actors.ActorPoolError`.
 """
 
 from __future__ import annotations
@@ -29,9 +30,11 @@ from marl.agents.rollout import Episode
 from marl.config import TeamConfig
 from marl.infra.actors import ActorPool, start_ray
 from marl.infra.seats import ParticipantId
+from marl.train.group import LearnerGroup
 from marl.train.league import Weights
 from marl.train.learner import Learner, TrainItem, UpdateStats, mismatch_correction
 from marl.train.optim import make_optimizer
+from marl.train.ranks import join_group, open_store
 from marl.train.workers import EpisodeSpec, RolloutWorker
 
 
@@ -80,7 +83,7 @@ def trainable_hosts(cfg: TeamConfig) -> dict[str, list[str]]:
 
 
 class LearnerProcess:
-    """A learner plus the team built around it: what one learner actor holds."""
+    """A learner plus the team built around it: what one learner rank holds."""
 
     def __init__(self, cfg: dict, key: str, roster: Roster | None = None) -> None:
         team = TeamConfig.model_validate(cfg)
@@ -194,12 +197,26 @@ class _WorkerActor(RolloutWorker, _Placed):
         _place(self.roster)
 
 
-class _LearnerActor(LearnerProcess, _Placed):
+class LearnerRank(LearnerProcess, _Placed):
+    """One rank of a :class:`~marl.train.group.LearnerGroup`: its learner is built once the
+    rank has joined its group (:meth:`join`), where DeepSpeed will find it."""
+
     def __init__(self, cfg: dict, key: str) -> None:
         _use_all_cores()
-        roster = build_roster(TeamConfig.model_validate(cfg))
+        self.cfg, self.key, self.store = cfg, key, None
+
+    def rendezvous(self, world: int) -> str:
+        """Rank 0: the address the ranks meet at (a free port on this node)."""
+        self.store, address = open_store(world)
+        return address
+
+    def join(self, address: str, rank: int, world: int) -> None:
+        roster = build_roster(TeamConfig.model_validate(self.cfg))
         _place(roster)
-        super().__init__(cfg, key, roster)
+        gpu = roster.hosts[self.key].device.type == "cuda"
+        os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK="0")
+        join_group(address, rank, world, "nccl" if gpu else "gloo", self.store)
+        super().__init__(self.cfg, self.key, roster)
 
 
 class RayRuntime:
@@ -213,10 +230,14 @@ class RayRuntime:
         self._worker_cls = ray.remote(num_cpus=rc.cpus_per_worker, num_gpus=rc.gpus_per_worker)(
             _WorkerActor
         )
-        learner_cls = ray.remote(num_cpus=rc.cpus_per_learner, num_gpus=rc.gpus_per_learner)(
-            _LearnerActor
-        )
-        self.learners = {k: learner_cls.remote(self.data, k) for k in trainable_hosts(cfg)}
+        lc = cfg.train.learner
+        resources = {"CPU": rc.cpus_per_learner, "GPU": rc.gpus_per_learner}
+        self.learners = {
+            k: LearnerGroup(
+                ray.remote(LearnerRank), self.data, k, lc.ranks, resources, lc.placement
+            )
+            for k in trainable_hosts(cfg)
+        }
         self._weights_ref = None
         self._snapshots_ref = None
         self.pool = ActorPool(self._spawn_worker, rc.rollout_workers)
@@ -248,8 +269,8 @@ class RayRuntime:
     def update(
         self, items: dict[str, list[TrainItem]], seed: int, lr: float | None = None
     ) -> dict[str, UpdateStats]:
-        refs = {k: self.learners[k].update.remote(v, seed, lr) for k, v in items.items()}
-        return {k: self.ray.get(r) for k, r in refs.items()}
+        refs = {k: self.learners[k].submit("update", v, seed, lr) for k, v in items.items()}
+        return {k: self.learners[k].result(r) for k, r in refs.items()}
 
     def publish(self, weights: Weights, snapshots: dict[ParticipantId, Weights]) -> None:
         self._weights_ref = self.ray.put(weights)
@@ -263,26 +284,30 @@ class RayRuntime:
         return self.ray.get(self.workers[0].exploitability.remote())
 
     def weights(self) -> Weights:
-        out: Weights = {}
-        for w in self.ray.get([lp.weights.remote() for lp in self.learners.values()]):
-            out.update(w)
-        return out
+        return self._gather("weights")
 
     def set_magnet(self, weights: Weights) -> None:
         ref = self.ray.put(weights)
-        self.ray.get([lp.set_magnet.remote(ref) for lp in self.learners.values()])
+        self._gather("set_magnet", ref)
 
     def optimizer_states(self) -> dict[str, dict]:
-        keys = list(self.learners)
-        states = self.ray.get([self.learners[k].optimizer_state.remote() for k in keys])
-        return dict(zip(keys, states, strict=True))
+        refs = {k: g.submit("optimizer_state") for k, g in self.learners.items()}
+        return {k: self.learners[k].result(r) for k, r in refs.items()}
 
     def load(self, weights: Weights, optimizer_states: dict[str, dict]) -> None:
-        self.ray.get(
-            [lp.load.remote(weights, optimizer_states.get(k)) for k, lp in self.learners.items()]
-        )
+        ref = self.ray.put(weights)
+        refs = [g.submit("load", ref, optimizer_states.get(k)) for k, g in self.learners.items()]
+        self.ray.get([r for rs in refs for r in rs])
+
+    def _gather(self, method: str, *args: Any) -> Weights:
+        """``method`` on every group at once; their rank-0 answers merged."""
+        refs = [g.submit(method, *args) for g in self.learners.values()]
+        out: Weights = {}
+        for g, r in zip(self.learners.values(), refs, strict=True):
+            out.update(g.result(r) or {})
+        return out
 
     def shutdown(self) -> None:
         self.pool.shutdown()
-        for lp in self.learners.values():
-            self.ray.kill(lp)
+        for g in self.learners.values():
+            g.shutdown()

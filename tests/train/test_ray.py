@@ -87,7 +87,7 @@ def test_gpu_placement_from_declared_resources(local_ray) -> None:
         )
     )
     runtime = RayRuntime(cfg)
-    learner = ray.get(next(iter(runtime.learners.values())).placement.remote())
+    learner = ray.get(next(iter(runtime.learners.values())).actors[0].placement.remote())
     workers = ray.get([w.placement.remote() for w in runtime.workers])
     assert len(learner["gpus"]) == 1
     assert workers[0]["gpus"] == workers[1]["gpus"] and len(workers[0]["gpus"]) == 1

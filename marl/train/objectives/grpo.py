@@ -147,13 +147,15 @@ class GRPO:
 
     def _step(self, items: list[TrainItem], n_total: int, own_old: bool = False) -> UpdateStats:
         """Accumulate the loss of every item, per agent, then take one clipped step;
-        ``own_old``: the ratio's old log-probs are this pass's own (see ``_micro_loss``)."""
+        ``own_old``: the ratio's old log-probs are this pass's own (see ``_micro_loss``).
+        In a learner group each rank runs its share (:mod:`marl.train.ranks`) and the sums
+        are the group's."""
+        ranks = self.learner.ranks
         self.learner.optimizer.zero_grad()
         by_agent: dict[tuple, list[TrainItem]] = defaultdict(list)
         for it in items:
             by_agent[(it.adapter, it.kind, str(it.agent))].append(it)
-        totals = defaultdict(float)
-        gaps = [0.0, 0]  # sum |log pi_engine - log pi_learner| over tokens, tokens
+        totals = dict.fromkeys(("loss", "clip", "kl", "ent", "kl_magnet", "gap", "gap_n"), 0.0)
         agent_norms: dict[str, float] = {}
         with self.learner.training():
             for (adapter, _, agent), group in sorted(by_agent.items(), key=lambda kv: kv[0]):
@@ -161,21 +163,16 @@ class GRPO:
                     self.learner.host.use(adapter),
                     self.learner.grad_tap() as tap,
                 ):
-                    for chunk in self.learner.chunks(group):
-                        parts, share = self._micro_loss(chunk, n_total, gaps if own_old else None)
-                        if not torch.isfinite(parts.loss):
+                    for chunk, counts in ranks.schedule(group, self.learner.chunks):
+                        if not self._accumulate(chunk, counts, n_total, own_old, totals):
                             self.learner.optimizer.discard()
                             return UpdateStats(
                                 float("nan"), float("nan"), {}, 0, 0, 0, n_total, skipped=True
                             )
-                        self.learner.optimizer.backward(parts.loss * share)
-                        totals["loss"] += float(parts.loss.detach()) * share
-                        totals["clip"] += parts.clip_frac * share
-                        totals["kl"] += parts.kl * share
-                        totals["ent"] += parts.entropy * share
-                        totals["kl_magnet"] += parts.kl_magnet * share
+                    squared = tap.squared_norm()
                 key = f"{adapter}/{agent}"
-                agent_norms[key] = math.sqrt(agent_norms.get(key, 0.0) ** 2 + tap.squared_norm())
+                agent_norms[key] = math.sqrt(agent_norms.get(key, 0.0) ** 2 + squared)
+        totals = dict(zip(totals, ranks.sum(list(totals.values())), strict=True))
         norm = self.learner.optimizer.step()  # clips; applies nothing when the norm is not finite
         if not math.isfinite(norm):
             return UpdateStats(totals["loss"], norm, agent_norms, 0, 0, 0, n_total, skipped=True)
@@ -188,5 +185,27 @@ class GRPO:
             totals["ent"],
             n_total,
             kl_magnet=totals["kl_magnet"],
-            mismatch=gaps[0] / gaps[1] if own_old and gaps[1] else None,
+            mismatch=totals["gap"] / totals["gap_n"] if own_old and totals["gap_n"] else None,
         )
+
+    def _accumulate(
+        self, chunk: list[TrainItem], counts: bool, n_total: int, own_old: bool, totals: dict
+    ) -> bool:
+        """Backward of one micro-batch's share of the loss, its stats added to ``totals``
+        (nothing from a rank's zero-weight padding, ``counts`` false); false when the loss
+        is not finite on some rank."""
+        gaps = [0.0, 0] if own_old else None
+        parts, share = self._micro_loss(chunk, n_total, gaps)
+        if self.learner.ranks.any(not bool(torch.isfinite(parts.loss))):
+            return False
+        share = share if counts else 0.0
+        self.learner.optimizer.backward(parts.loss * share)
+        totals["loss"] += float(parts.loss.detach()) * share
+        totals["clip"] += parts.clip_frac * share
+        totals["kl"] += parts.kl * share
+        totals["ent"] += parts.entropy * share
+        totals["kl_magnet"] += parts.kl_magnet * share
+        if gaps is not None and counts:
+            totals["gap"] += gaps[0]
+            totals["gap_n"] += gaps[1]
+        return True
