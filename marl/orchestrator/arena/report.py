@@ -93,8 +93,9 @@ def plot_ratings(report: RatingReport, path: Path, title: str) -> None:
     x = np.array([r.rating for r in rows])
     lo = np.array([r.ci_low for r in rows])
     hi = np.array([r.ci_high for r in rows])
-    err = np.nan_to_num(np.vstack([x - lo, hi - x]))
-    ax.errorbar(x, y, xerr=err, fmt="o", capsize=4, color="tab:blue")
+    known = ~(np.isnan(lo) | np.isnan(hi))  # a fit at a bound may lie outside its interval
+    ax.hlines(y[known], lo[known], hi[known], color="tab:blue")
+    ax.plot(x, y, "o", color="tab:blue")
     ax.set_yticks(y, [r.name for r in rows])
     ax.axvline(next(r.rating for r in rows if r.name == report.anchor), color="0.7", lw=1, ls="--")
     ax.set_xlabel(f"rating (Elo-like points, {report.anchor} anchored; bars: 95% bootstrap)")

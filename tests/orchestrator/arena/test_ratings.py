@@ -239,3 +239,17 @@ def test_chips_rank_by_mean_return_and_win_loss_games_by_bradley_terry() -> None
     wins = [Outcome(o.players, tuple(math.copysign(1.0, x) for x in o.returns)) for o in chips]
     assert not scores_margins(wins)
     assert [r.name for r in rate(wins, ["A", "B"], "B", bootstrap=0).ratings] == ["B", "A"]
+
+
+def test_rating_plot_draws_a_fit_outside_its_interval(tmp_path) -> None:
+    # A player that always wins sits at the prior's bound, where the bootstrap interval need
+    # not contain the fit: the plot draws the interval as it is instead of failing
+    from dataclasses import replace
+
+    from marl.orchestrator.arena.report import plot_ratings
+
+    report = rate(series("A", "B", 5, 0, 0), ["A", "B"], "B", bootstrap=0)
+    top = report.ratings[0]
+    report.ratings[0] = replace(top, ci_low=top.rating + 10, ci_high=top.rating + 20)
+    plot_ratings(report, tmp_path / "ratings.png", "always wins")
+    assert (tmp_path / "ratings.png").stat().st_size > 0
