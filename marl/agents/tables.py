@@ -48,6 +48,11 @@ class ExploitabilityReport:
     level: float = 0.95
 
 
+#: Model backends whose policies report their choice distribution (vLLM and remote
+#: endpoints return samples only), so an exact evaluation can read their tables.
+TABLE_BACKENDS = frozenset({"hf"})
+
+
 def agent_probs(agent: Agent, batch: int = 32) -> Callable[[Positions], list[dict]]:
     """Read a model agent's choice distribution, ``batch`` states per forward pass; a bot
     participant's through its ``action_probs``."""

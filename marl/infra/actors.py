@@ -51,14 +51,19 @@ def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
 
 
 def start_ray(address: str | None = None) -> None:
-    """Join the cluster at ``address`` (None: a local one), unless Ray is running already."""
+    """Join the cluster at ``address``, unless Ray is running already. None starts a local
+    Ray of this process's own, never one another program's cluster wrote to Ray's address
+    file (which a bare ``ray.init()`` would join)."""
     import ray
 
     if not ray.is_initialized():
         if address is not None:
             check_reachable(address)
         ray.init(
-            address=address, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True
+            address=address or "local",
+            include_dashboard=False,
+            log_to_driver=False,
+            ignore_reinit_error=True,
         )
 
 

@@ -182,7 +182,7 @@ def why_missing(path: str | Path) -> str:
         return (
             f"{path} does not exist: the run has no best checkpoint; training writes one when it "
             "measures exploitability (set train.eval_every in the team file, games with an exact "
-            f"tree only); {run} names its latest checkpoint"
+            f"tree and a first role on the hf backend only); {run} names its latest checkpoint"
         )
     if path.name == LATEST and has_history(run):
         return f"{path} does not exist: the run has no complete checkpoint yet"

@@ -34,6 +34,7 @@ from marl import games
 from marl.agents.checks import team_problems
 from marl.agents.policy import PolicyError
 from marl.agents.rollout import Episode, Turn
+from marl.agents.tables import TABLE_BACKENDS
 from marl.config import TeamConfig
 from marl.config.rules import something_to_train
 from marl.config.schema import dotted
@@ -128,7 +129,11 @@ class Trainer:
             else set()
         )
         self.defers = any(r.defer is not None for r in cfg.roles)
-        self.exact_eval = self.tc.eval_every > 0 and hasattr(env, "root_state")
+        self.exact_eval = (
+            self.tc.eval_every > 0
+            and hasattr(env, "root_state")
+            and cfg.roles[0].backend in TABLE_BACKENDS
+        )
         self.graph = graph_strategy(cfg, team_rollout, self.tc.seed)
         self.step = 0
         self.bad_steps = 0

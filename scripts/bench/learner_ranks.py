@@ -72,7 +72,7 @@ def gaps(backend: str, stage: int) -> tuple[float, float]:
 
 
 def main() -> None:
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     for backend, stage in (("torch", 1), ("deepspeed", 1), ("deepspeed", 2)):
         w, n = gaps(backend, stage)
         name = backend if backend == "torch" else f"deepspeed ZeRO-{stage}"

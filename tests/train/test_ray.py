@@ -54,7 +54,7 @@ def summary(episodes) -> list:
 
 @pytest.fixture()
 def local_ray():
-    ray.init(num_cpus=4, num_gpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=4, num_gpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 

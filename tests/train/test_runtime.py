@@ -69,6 +69,7 @@ def local_ray():
     """Ray whose workers can import :class:`Doubler` from the tests folder."""
     path = os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")])
     ray.init(
+        address="local",
         num_cpus=2,
         include_dashboard=False,
         log_to_driver=False,

@@ -142,9 +142,11 @@ def test_free_decoding_is_refused_before_any_compute() -> None:
 
 def test_a_training_run_with_targets_and_a_magnet_logs_the_fit(tmp_path: Path) -> None:
     train = KUHN.replace("lr: 0.05", "lr: 0.005")  # Adam's first steps are lr-sized
-    text = tiny_team(
-        "kuhn_poker", train + TARGET + "  magnet: {alpha: 0.5, every: 2}\n  eval_every: 1\n"
+    train = "".join(
+        "  eval_every: 1\n" if "eval_every" in line else line
+        for line in train.splitlines(keepends=True)
     )
+    text = tiny_team("kuhn_poker", train + TARGET + "  magnet: {alpha: 0.5, every: 2}\n")
     tr = Trainer(load_config_text(text), tmp_path / "run")
     start = tr.runtime.weights()["player"]
     hist = tr.fit()

@@ -212,7 +212,7 @@ def test_ray_actors_play_the_same_games(tmp_path: Path) -> None:
         ),
         TournamentConfig,
     )
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
     try:
         remote = run_tournament(cfg, tmp_path / "ray")
         with pytest.raises(TournamentError) as err:  # a participant an actor cannot load
