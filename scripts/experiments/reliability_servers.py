@@ -3,6 +3,7 @@ read, and clients that misbehave against ``marl serve``."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -82,11 +83,17 @@ def _serve(folder: Path) -> tuple[subprocess.Popen, int]:
     return proc, port
 
 
-def _get(port: int, path: str, method: str = "GET", timeout: float = 5) -> str | None:
-    """The raw HTTP response to a bodiless request, or None when there is none in time."""
+def _get(
+    port: int, path: str, method: str = "GET", timeout: float = 5, body: str = ""
+) -> str | None:
+    """The raw HTTP response to a request (a JSON ``body`` if given), or None when there is
+    none in time."""
+    head = f"{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+    if body:
+        head += f"Content-Type: application/json\r\nContent-Length: {len(body.encode())}\r\n"
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
-            s.sendall(f"{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+            s.sendall(f"{head}\r\n{body}".encode())
             chunks = []
             while chunk := s.recv(65536):
                 chunks.append(chunk)
@@ -135,6 +142,7 @@ def server_family(base: Path, _: int) -> Iterator[Outcome]:
             s.close()
         yield Outcome("server", "slow bodies cut off", "ok" if open_ == 0 else "wrong", f"{open_}")
         yield _made_up_methods(port)
+        yield from _odd_content(port)
     finally:
         proc.kill()
         proc.wait()
@@ -148,6 +156,23 @@ def _made_up_methods(port: int) -> Outcome:
     grown = _series(_get(port, "/metrics") or "") - before
     verdict = "ok" if grown <= 5 else "wrong"
     return Outcome("server", "200 made-up methods and paths", verdict, f"{grown} new series")
+
+
+ODD_CONTENT = {
+    "an image part": [{"type": "image_url", "image_url": {"url": "http://127.0.0.1/x.png"}}],
+    "a number": 5,
+    "a list of numbers": [1, 2],
+    "a part without text": [{"type": "text"}],
+}
+
+
+def _odd_content(port: int) -> Iterator[Outcome]:
+    """Messages whose content is not text: a 400 naming the problem, never a 500."""
+    for name, content in ODD_CONTENT.items():
+        body = json.dumps({"messages": [{"role": "user", "content": content}]})
+        response = _get(port, "/v1/chat/completions", "POST", timeout=60, body=body)
+        first = (response or "").split("\r\n", 1)[0]
+        yield Outcome("server", f"content as {name}", _ok(response, "400"), first)
 
 
 def _series(text: str) -> int:

@@ -101,4 +101,4 @@ def user_env(case: str) -> str:
 
 
 def env_team() -> str:
-    return TEAM.format(game='{entry_point: "probe_env:make"}')
+    return TEAM.format(game='{entry_point: "probe_env:make", call_timeout_s: 5}')  # hangs end fast

@@ -200,7 +200,8 @@ def test_games_list_shows_seats_kinds_kwargs_bots_and_exact_evaluations(
     broken = CliRunner().invoke(app, ["games", "list", "--entry-point", "broken_games:make"])
     assert broken.exit_code == 2 and "Traceback" not in broken.output
     assert broken.output.strip().splitlines() == [
-        "error: --entry-point broken_games:make: the factory fails: RuntimeError: boom"
+        "error: --entry-point broken_games:make: game broken_games:make: factory raised "
+        "RuntimeError: boom"
     ]
     bad = CliRunner().invoke(app, ["games", "list", "--entry-point", "nowhere_mod:f"])
     assert bad.exit_code == 2 and "does not import" in bad.output

@@ -129,7 +129,9 @@ def test_human_play_refuses_an_unknown_seat(tmp_path: Path) -> None:
         input="",
     )
     assert result.exit_code == 2
-    assert "not a seat of kuhn_poker" in result.output
+    assert (
+        result.output.strip() == "error: --seat north: kuhn_poker has the seats player_0, player_1"
+    )
 
 
 def test_play_writes_transcripts_under_a_fresh_play_folder(
