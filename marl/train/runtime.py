@@ -32,7 +32,7 @@ from marl.infra.actors import ActorPool, start_ray
 from marl.infra.seats import ParticipantId
 from marl.train.group import LearnerGroup
 from marl.train.league import Weights
-from marl.train.learner import Learner, TrainItem, UpdateStats, mismatch_correction
+from marl.train.learner import Learner, TrainItem, UpdateStats, ratio_correction
 from marl.train.optim import make_optimizer
 from marl.train.ranks import join_group, open_store
 from marl.train.workers import EpisodeSpec, RolloutWorker
@@ -96,7 +96,7 @@ class LearnerProcess:
             roster.hosts[key],
             roles,
             optimizer=make_optimizer(tc.learner.backend, tc.learner.zero_stage, tc.precision),
-            correction=mismatch_correction(team, roles),
+            correction=ratio_correction(team, roles),
         )
 
     def update(self, items: list[TrainItem], seed: int, lr: float | None = None) -> UpdateStats:
