@@ -20,6 +20,7 @@ from marl.train.trainer import Trainer, TrainingError
 
 PROTOCOL = [
     "play",
+    "launch",
     "update",
     "publish",
     "weights",
