@@ -5,6 +5,7 @@ correction's weights are logged; on real Ray workers too."""
 from __future__ import annotations
 
 import json
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ import torch
 from helpers import tiny_team
 from marl.agents.rollout import Episode
 from marl.config import ConfigError, load_config_text
-from marl.train.asynchrony import StaleBatchError, staleness
+from marl.train.asynchrony import Rollouts, StaleBatchError, staleness
 from marl.train.trainer import Trainer
 
 VOLATILE = ("seconds", "tokens_per_s", "games_per_min")
@@ -82,6 +83,37 @@ def test_stale_steps_are_bounded_and_their_weights_logged(tmp_path: Path, correc
             assert w["clipped"] == 0
         else:
             assert w["mean"] <= 2.0
+
+
+class Recorder:
+    """A runtime that records its launches and plays games stamped with the version it was
+    last published."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int]] = []
+        self.version = 0
+
+    def launch(self, specs, step: int, seed: int) -> Future:
+        self.calls.append(("launch", step))
+        done: Future = Future()
+        done.set_result([Episode(0, "g", 0, {}, policy_version=self.version)])
+        return done
+
+
+def test_rollouts_launch_k_steps_ahead_before_the_update_and_no_further() -> None:
+    runtime = Recorder()
+    rollouts = Rollouts(runtime, lambda step: [], 0, max_staleness=2, last=4)
+    seen = []
+    for step in range(1, 5):
+        seen.append(rollouts.take(step)[2]["max"])
+        rollouts.ahead(step)
+        runtime.calls.append(("update", step))
+        runtime.version = step  # published
+    assert runtime.calls == [
+        *[("launch", 1), ("launch", 2), ("launch", 3), ("update", 1)],
+        *[("launch", 4), ("update", 2), ("update", 3), ("update", 4)],
+    ]
+    assert seen == [0, 1, 2, 2] and not rollouts.pending
 
 
 def test_a_batch_staler_than_the_bound_is_refused() -> None:
