@@ -101,7 +101,9 @@ class Rollouts:
             self._launch(later)
 
     def close(self) -> None:
-        """Wait for the rollouts still running (their episodes and errors dropped): a run
-        that ends leaves nothing playing on its workers."""
+        """Drop the rollouts not started yet and wait for the one running (episodes and
+        errors dropped): a run that ends leaves nothing playing on its workers."""
+        for rollout in self.pending.values():
+            rollout.episodes.cancel()
         wait([rollout.episodes for rollout in self.pending.values()])
         self.pending.clear()
