@@ -88,6 +88,7 @@ class Episode:
     returns: dict[str, float] = field(default_factory=dict)
     illegal_moves: dict[str, int] = field(default_factory=dict)
     forfeits: list[str] = field(default_factory=list)
+    policy_version: int = 0  # training: the weights that played it (the step that made them)
 
     def team_return(self) -> float:
         """What the team as a whole earned (MAGRPO's shared reward): the mean return."""

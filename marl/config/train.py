@@ -109,6 +109,31 @@ class MismatchConfig(StrictModel):
     cap: Float = Field(2.0, ge=1.0, le=1e6, description="C of the truncated importance weights.")
 
 
+class AsyncConfig(StrictModel):
+    """Asynchronous rollouts (docs/architecture.md#asynchronous-rollouts): the workers play the
+    next steps with the newest weights they have while the learner updates, so generation
+    overlaps training; no sample is more than ``max_staleness`` updates old when learnt from."""
+
+    max_staleness: Int = Field(
+        0,
+        ge=0,
+        le=64,
+        description="k: the most updates a sample's policy may lag the learner's when it is "
+        "learnt from (the rollouts of step s + j start before the update of step s, j <= k); "
+        "0: the synchronous loop (play, update, publish).",
+    )
+    correction: Literal["decoupled", "truncated_is"] = Field(
+        "decoupled",
+        description="With k > 0 (in place of train.mismatch.correction): the ratio's old "
+        "log-probs are the learner's before the update (the proximal policy) and each token is "
+        "weighted by pi_prox / pi_behav (decoupled PPO) or min(pi_prox / pi_behav, is_cap) "
+        "(truncated_is).",
+    )
+    is_cap: Float = Field(
+        2.0, ge=1.0, le=1e6, description="truncated_is: C of the truncated importance weights."
+    )
+
+
 class InvalidMovesConfig(StrictModel):
     """What training does with an answer that names no legal move (free text): the game's
     forfeit, another try with the error shown, or a random legal move plus a format penalty
@@ -353,6 +378,7 @@ class TrainConfig(StrictModel):
     learner: LearnerConfig = Field(default_factory=LearnerConfig)
     mismatch: MismatchConfig = Field(default_factory=MismatchConfig)
     invalid_moves: InvalidMovesConfig = Field(default_factory=InvalidMovesConfig)
+    asynchrony: AsyncConfig = Field(default_factory=AsyncConfig, alias="async")
 
     @model_validator(mode="after")
     def _target_estimates(self) -> TrainConfig:
@@ -397,6 +423,16 @@ class TrainConfig(StrictModel):
                 "learner.zero_stage 3 runs on one rank: ZeRO-3 gathers parameters in every "
                 "forward and the ranks' forwards differ in number (docs/architecture.md#learner-"
                 "groups); use zero_stage 1 or 2 with learner.ranks > 1"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _one_correction(self) -> TrainConfig:
+        if self.asynchrony.max_staleness > 0 and self.mismatch.correction != "auto":
+            raise ValueError(
+                "with async.max_staleness > 0 the ratio's old log-probs and the token weights "
+                "are async.correction's (its weights cover the engine's numerics too): leave "
+                f"mismatch.correction auto (now {self.mismatch.correction!r})"
             )
         return self
 

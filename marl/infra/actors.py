@@ -84,10 +84,13 @@ class ActorPool:
         chunks: Sequence[Any],
         *args: Any,
         on_result: Callable[[Any], None] | None = None,
+        prepare: Callable[[Any], None] | None = None,
     ) -> list[Any]:
         """``actor.<method>(chunk, *args)`` for every chunk, chunk ``i`` first to actor ``i``;
-        the results in chunk order, and to ``on_result`` as each arrives.  Errors raised by
-        the method itself propagate (as Ray's ``RayTaskError``; a ``ReportedError`` as itself)."""
+        the results in chunk order, and to ``on_result`` as each arrives.  ``prepare(actor)``
+        is called before each chunk goes to an actor (a replacement's replay too), to queue
+        calls that must run first.  Errors raised by the method itself propagate (as Ray's
+        ``RayTaskError``; a ``ReportedError`` as itself)."""
         import ray
         from ray.exceptions import RayActorError, RayTaskError, WorkerCrashedError
 
@@ -100,6 +103,8 @@ class ActorPool:
             while todo and free:
                 slot, i = free.popleft(), todo.popleft()
                 self.actors[slot].__ray_call__.remote(_adopt_budget, budget.deadline())
+                if prepare is not None:
+                    prepare(self.actors[slot])
                 running[getattr(self.actors[slot], method).remote(chunks[i], *args)] = (slot, i)
             (ref,), _ = ray.wait(list(running), num_returns=1)
             slot, i = running.pop(ref)

@@ -24,6 +24,7 @@ pull towards.  It starts equal to the adapter; the trainer moves it
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 from functools import partial
@@ -56,7 +57,7 @@ class TrainItem:
     # reasoning tokens, old_logprobs theirs followed by the choice's
     choice_prompt_ids: list[int] | None = None
     temperature: float = 1.0  # the decision's sampling temperature (0: greedy)
-    weights: list[float] | None = None  # truncated importance weights (mismatch tis)
+    weights: list[float] | None = None  # importance weights pi_prox / pi_behav (CORRECTIONS)
     action_values: list[float] | None = None  # Q(s, a) per legal action, from branching
 
     @property
@@ -90,6 +91,7 @@ class UpdateStats:
     mismatch: float | None = None  # mean |log pi_engine - log pi_learner| (corrections only)
     kl_magnet: float = 0.0
     fit_residual: float | None = None  # policy targets: KL(target || pi) after the fit
+    is_weights: dict[str, float] | None = None  # weighting corrections: mean, max, clipped
 
 
 def magnet_adapter(adapter: str) -> str:
@@ -97,15 +99,30 @@ def magnet_adapter(adapter: str) -> str:
     return f"{adapter}@magnet"
 
 
-#: How the ratio's old log-probs relate to the sampling engine's (train.mismatch).
-CORRECTIONS = ("none", "recompute", "tis")
+#: How the ratio's old log-probs relate to the behaviour policy's (the one that sampled:
+#: another engine, train.mismatch, or older weights, train.async): every correction but
+#: ``none`` recomputes them with the learner's weights before the update (the proximal
+#: policy), and each name maps to the cap of its token weights min(pi_prox / pi_behav, cap)
+#: read off the train section (None: no weights; inf: untruncated).
+CORRECTIONS: dict[str, Callable[[TrainConfig], float | None]] = {
+    "none": lambda tc: None,
+    "recompute": lambda tc: None,
+    "tis": lambda tc: tc.mismatch.cap,
+    "decoupled": lambda tc: math.inf,
+    "truncated_is": lambda tc: tc.asynchrony.is_cap,
+}
 
 
-def mismatch_correction(cfg: TeamConfig, roles: list[str]) -> str:
-    """``train.mismatch.correction`` for the learner of ``roles``, ``auto`` resolved:
-    recompute when one of them samples on an engine other than the learner's (vllm)."""
-    assert cfg.train is not None
-    c = cfg.train.mismatch.correction
+def ratio_correction(cfg: TeamConfig, roles: list[str]) -> str:
+    """The correction of the learner of ``roles``: ``train.async.correction`` when rollouts
+    may be stale (``max_staleness > 0``), else ``train.mismatch.correction`` with ``auto``
+    resolved: recompute when one of them samples on an engine other than the learner's
+    (vllm)."""
+    tc = cfg.train
+    assert tc is not None
+    if tc.asynchrony.max_staleness > 0:
+        return tc.asynchrony.correction
+    c = tc.mismatch.correction
     if c != "auto":
         return c
     return "recompute" if any(cfg.role(r).backend == "vllm" for r in roles) else "none"
@@ -156,8 +173,8 @@ class GradTap:
 
 class Learner:
     """Owns the optimizer of the given adapters on ``host``; ``cfg`` is the team's ``train``
-    section (as TRL's trainers take their config), ``correction`` the resolved
-    ``train.mismatch.correction`` (:func:`mismatch_correction`)."""
+    section (as TRL's trainers take their config), ``correction`` the resolved correction of
+    the ratio's old log-probs (:func:`ratio_correction`, :data:`CORRECTIONS`)."""
 
     def __init__(
         self,
@@ -171,9 +188,10 @@ class Learner:
             raise ValueError(f"epochs must be >= 1, got {cfg.epochs}")
         autocast(cfg.precision, host.device)  # refuses what this device cannot compute in, now
         if correction not in CORRECTIONS:
-            raise ValueError(f"correction must be one of {CORRECTIONS}, got {correction!r}")
+            raise ValueError(f"correction must be one of {list(CORRECTIONS)}, got {correction!r}")
         self.cfg, self.host, self.adapters = cfg, host, list(adapters)
         self.correction, self.lr = correction, cfg.lr
+        self.weight_cap = CORRECTIONS[correction](cfg)
         self.params = host.adapter_parameters(*self.adapters)
         self.adapter_params = {a: host.adapter_parameters(a) for a in self.adapters}
         if not self.params:

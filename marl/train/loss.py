@@ -9,6 +9,20 @@ Per token t of a decision with advantage A (docs/algorithms.md#the-grpo-loss):
     L_mag  = alpha * KL_t(pi_theta || magnet)   (exact over the legal actions, or k3 per token)
     L      = sum_t (L_clip + L_kl + L_mag) / n_tokens  -  entropy_coef * mean(H)
 
+When the samples come from a behaviour policy pi_behav other than the learner's (another
+engine's numerics, train.mismatch; older weights, train.async), decoupled PPO (Hilton et al.
+2022) splits the two roles of pi_old: the proximal policy pi_prox, the learner's own log-probs
+recomputed before the update, anchors the clip, and importance weights correct for the
+behaviour policy:
+
+    w_t   = pi_prox(t) / pi_behav(t)              (decoupled; truncated_is: min(w_t, C))
+    rho_t = exp(log pi_theta(t) - log pi_prox(t))
+    L_t   = -w_t * min(rho_t * A, clip(rho_t, 1 - eps_lo, 1 + eps_hi) * A)
+
+so the step's size is bounded around the policy the learner has (the clip) whatever the age
+of the samples, while the weights keep the gradient an estimate under pi_prox.  w_t = 1
+exactly when pi_behav is pi_prox (a synchronous run on the learner's engine).
+
 Token-level averaging (every token of the batch weighs the same) keeps long completions from
 being down-weighted.  In ``choice`` decoding a decision is a single "token" whose log-prob is
 ``log pi(a|s)`` over the legal actions, so the same function applies; there the magnet term is
@@ -42,6 +56,14 @@ def exact_kl(logp_all: torch.Tensor, ref_logp_all: torch.Tensor) -> torch.Tensor
     return (logp_all.exp() * (logp_all - ref_logp_all)).sum(-1)
 
 
+def importance_weights(
+    prox_logp: torch.Tensor, behav_logp: torch.Tensor, mask: torch.Tensor, cap: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(w_t = min(pi_prox(t) / pi_behav(t), cap), the raw ratios), both 0 on padding."""
+    raw = (prox_logp - behav_logp).exp()
+    return raw.clamp(max=cap) * mask, raw * mask
+
+
 def grpo_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -60,7 +82,8 @@ def grpo_loss(
 ) -> LossParts:
     """All tensors are [decisions, tokens] except ``adv`` [decisions] and ``entropy``
     [decisions] (mean entropy per decision); ``mask`` is 1 on real tokens; ``weights``
-    (truncated importance weights of the sampling engine) scale each token's surrogate;
+    (importance weights of the behaviour policy, :func:`importance_weights`; ``old_logp`` is
+    then the proximal policy's) scale each token's surrogate;
     ``magnet_kl`` holds each token's KL to the magnet (:func:`exact_kl` or :func:`k3`),
     weighted by ``alpha``. ``dual_clip`` bounds a negative advantage's loss at ``-c * A``
     however large the ratio: off-policy moves (a league snapshot's) can have ``pi_theta``

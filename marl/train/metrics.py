@@ -69,6 +69,7 @@ class StepMetrics:
             "agent_grad_norms": s.agent_grad_norms,
             "skipped": s.skipped,
             **({} if s.mismatch is None else {"mismatch": s.mismatch}),
+            **({} if s.is_weights is None else {"is_weights": s.is_weights}),
             **({"kl_to_magnet": s.kl_magnet} if self.magnet else {}),
             **({} if s.fit_residual is None else {"fit_residual": s.fit_residual}),
         }

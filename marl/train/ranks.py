@@ -121,6 +121,14 @@ class Ranks:
         dist.all_reduce(t)
         return t.tolist()
 
+    def max(self, value: float) -> float:
+        """The largest ``value`` over the ranks."""
+        if self.world == 1:
+            return value
+        t = torch.tensor([value], dtype=torch.float64, device=_device())
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return float(t.item())
+
     def sum_tensors(self, tensors: list[torch.Tensor]) -> None:
         """Sum ``tensors`` over the ranks, in place (one flat all-reduce)."""
         if self.world == 1 or not tensors:

@@ -1,19 +1,24 @@
 """Where rollouts and updates run: in this process, or on Ray actors.
 
 Both runtimes are a :class:`Runtime`, the calls the trainer makes: ``play`` (episode specs ->
-episodes), ``update`` (train items per model -> stats), ``publish`` (new adapter weights and
-the league pool -> every worker), ``weights``, ``optimizer_states``/``load``,
-``exploitability`` and ``shutdown``.
+episodes) or ``launch`` (the same, started now and collected later: asynchronous rollouts,
+:mod:`marl.train.asynchrony`), ``update`` (train items per model -> stats), ``publish`` (new
+adapter weights, the league pool and their version -> every worker), ``weights``,
+``optimizer_states``/``load``, ``exploitability`` and ``shutdown``.  A worker stamps every
+episode with the version of the weights it played with.
 
 - :class:`LocalRuntime` builds the team once; the worker and the learners share its model, so
-  nothing is copied.
+  nothing is copied, and ``launch`` plays at once.
 - :class:`RayRuntime` runs ``rollout_workers`` worker actors and one learner group per
   trainable base model (:class:`~marl.train.group.LearnerGroup`: ``train.learner.ranks``
   actors in one process group), with the CPUs/GPUs the config asks for.  Weights travel
-  through the object store (``ray.put`` once, every worker reads the same object).  The
-  workers are an :class:`~marl.infra.actors.ActorPool`: a worker that dies mid-rollout is
-  replaced by a new actor, given the current weights, and its share of the episodes is
-  replayed; because seeds come from the specs, the step's result is the same.  A pool that
+  through the object store: ``publish`` puts them (once, every worker reads the same object)
+  and each rollout takes the version published when it was launched (a worker loads it before
+  its share, unless it has it), so a launch never waits for the workers' current rollouts.
+  Rollouts run one launch after another on a thread of their own.  The workers are an
+  :class:`~marl.infra.actors.ActorPool`: a worker that dies mid-rollout is replaced by a new
+  actor, given the rollout's weights, and its share of the episodes is replayed; because
+  seeds come from the specs, the step's result is the same.  A pool that
   keeps losing workers stops with :class:`~marl.infra.actors.ActorPoolError`.
 """
 
@@ -21,6 +26,8 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -32,7 +39,7 @@ from marl.infra.actors import ActorPool, start_ray
 from marl.infra.seats import ParticipantId
 from marl.train.group import LearnerGroup
 from marl.train.league import Weights
-from marl.train.learner import Learner, TrainItem, UpdateStats, mismatch_correction
+from marl.train.learner import Learner, TrainItem, UpdateStats, ratio_correction
 from marl.train.optim import make_optimizer
 from marl.train.ranks import join_group, open_store
 from marl.train.workers import EpisodeSpec, RolloutWorker
@@ -46,14 +53,21 @@ class Runtime(Protocol):
         """The episodes of ``specs`` (any order); seeds come from the specs and ``seed``."""
         ...
 
+    def launch(self, specs: list[EpisodeSpec], step: int, seed: int) -> Future[list[Episode]]:
+        """``play`` started now, with the weights published last; its episodes when done."""
+        ...
+
     def update(
         self, items: dict[str, list[TrainItem]], seed: int, lr: float | None = None
     ) -> dict[str, UpdateStats]:
         """One update per base model key of ``items``."""
         ...
 
-    def publish(self, weights: Weights, snapshots: dict[ParticipantId, Weights]) -> None:
-        """The trained adapters and the league pool, to everything that plays."""
+    def publish(
+        self, weights: Weights, snapshots: dict[ParticipantId, Weights], version: int
+    ) -> None:
+        """The trained adapters and the league pool, to everything that plays from now on;
+        ``version``: the training step that made them."""
         ...
 
     def weights(self) -> Weights: ...
@@ -96,7 +110,7 @@ class LearnerProcess:
             roster.hosts[key],
             roles,
             optimizer=make_optimizer(tc.learner.backend, tc.learner.zero_stage, tc.precision),
-            correction=mismatch_correction(team, roles),
+            correction=ratio_correction(team, roles),
         )
 
     def update(self, items: list[TrainItem], seed: int, lr: float | None = None) -> UpdateStats:
@@ -132,15 +146,26 @@ class LocalRuntime:
     def play(self, specs: list[EpisodeSpec], step: int, seed: int) -> list[Episode]:
         return self.worker.play(specs, step, seed)
 
+    def launch(self, specs: list[EpisodeSpec], step: int, seed: int) -> Future[list[Episode]]:
+        done: Future[list[Episode]] = Future()
+        try:
+            done.set_result(self.play(specs, step, seed))
+        except Exception as exc:  # the caller meets it where it collects the episodes
+            done.set_exception(exc)
+        return done
+
     def update(
         self, items: dict[str, list[TrainItem]], seed: int, lr: float | None = None
     ) -> dict[str, UpdateStats]:
         return {k: self.learners[k].update(v, seed, lr) for k, v in items.items()}
 
-    def publish(self, weights: Weights, snapshots: dict[ParticipantId, Weights]) -> None:
+    def publish(
+        self, weights: Weights, snapshots: dict[ParticipantId, Weights], version: int
+    ) -> None:
         if not self.shared:  # otherwise the worker's model is the learners'
             self.worker.set_weights(weights)
         self.worker.sync_snapshots(snapshots)
+        self.worker.version = version
 
     def exploitability(self) -> float:
         return self.worker.exploitability()
@@ -196,6 +221,17 @@ class _WorkerActor(RolloutWorker, _Placed):
         super().__init__(cfg)
         _place(self.roster)
 
+    def sync(self, version: int, refs: list) -> None:
+        """Play with the published ``version`` from now on: its weights and league pool (object
+        refs, fetched only when this worker has another version)."""
+        import ray
+
+        if version != self.version:
+            weights, snapshots = ray.get(refs)
+            self.set_weights(weights)
+            self.sync_snapshots(snapshots)
+            self.version = version
+
 
 class LearnerRank(LearnerProcess, _Placed):
     """One rank of a :class:`~marl.train.group.LearnerGroup`: its learner is built once the
@@ -238,19 +274,19 @@ class RayRuntime:
             )
             for k in trainable_hosts(cfg)
         }
-        self._weights_ref = None
-        self._snapshots_ref = None
-        self.pool = ActorPool(self._spawn_worker, rc.rollout_workers)
+        self.published: tuple[int, list] | None = None  # version, [weights, snapshots] refs
+        self.pool = ActorPool(lambda: self._worker_cls.remote(self.data), rc.rollout_workers)
+        self.rollouts = ThreadPoolExecutor(1, thread_name_prefix="rollouts")
 
-    def _spawn_worker(self) -> Any:
-        """A worker with the published weights and league pool (an actor runs one caller's
-        calls in order, so they are in place before its first rollout)."""
-        w = self._worker_cls.remote(self.data)
-        if self._weights_ref is not None:
-            w.set_weights.remote(self._weights_ref)
-        if self._snapshots_ref is not None:
-            w.sync_snapshots.remote(self._snapshots_ref)
-        return w
+    @staticmethod
+    def _sync(published: tuple[int, list] | None) -> Callable[[Any], None] | None:
+        """What queues ``published`` on a worker before its work (an actor runs one caller's
+        calls in order); nothing before the first publish: every worker starts with the
+        learners' initial weights."""
+        if published is None:
+            return None
+        version, refs = published
+        return lambda worker: worker.sync.remote(version, refs)
 
     @property
     def workers(self) -> list[Any]:
@@ -262,9 +298,17 @@ class RayRuntime:
         return self.pool.replaced
 
     def play(self, specs: list[EpisodeSpec], step: int, seed: int) -> list[Episode]:
+        return self.launch(specs, step, seed).result()
+
+    def launch(self, specs: list[EpisodeSpec], step: int, seed: int) -> Future[list[Episode]]:
         n = len(self.workers)
         chunks = [specs[i * len(specs) // n : (i + 1) * len(specs) // n] for i in range(n)]
-        return [ep for eps in self.pool.map("play", chunks, step, seed) for ep in eps]
+        sync = self._sync(self.published)  # the weights of now, whenever the thread gets to it
+        return self.rollouts.submit(
+            lambda: [
+                ep for eps in self.pool.map("play", chunks, step, seed, prepare=sync) for ep in eps
+            ]
+        )
 
     def update(
         self, items: dict[str, list[TrainItem]], seed: int, lr: float | None = None
@@ -272,16 +316,16 @@ class RayRuntime:
         refs = {k: self.learners[k].submit("update", v, seed, lr) for k, v in items.items()}
         return {k: self.learners[k].result(r) for k, r in refs.items()}
 
-    def publish(self, weights: Weights, snapshots: dict[ParticipantId, Weights]) -> None:
-        self._weights_ref = self.ray.put(weights)
-        self._snapshots_ref = self.ray.put(snapshots)
-        self.ray.get(
-            [w.set_weights.remote(self._weights_ref) for w in self.workers]
-            + [w.sync_snapshots.remote(self._snapshots_ref) for w in self.workers]
-        )
+    def publish(
+        self, weights: Weights, snapshots: dict[ParticipantId, Weights], version: int
+    ) -> None:
+        self.published = (version, [self.ray.put(weights), self.ray.put(snapshots)])
 
     def exploitability(self) -> float:
-        return self.ray.get(self.workers[0].exploitability.remote())
+        worker = self.workers[0]
+        if self.published is not None:
+            worker.sync.remote(*self.published)
+        return self.ray.get(worker.exploitability.remote())
 
     def weights(self) -> Weights:
         return self._gather("weights")
@@ -308,6 +352,7 @@ class RayRuntime:
         return out
 
     def shutdown(self) -> None:
+        self.rollouts.shutdown(cancel_futures=True)
         self.pool.shutdown()
         for g in self.learners.values():
             g.shutdown()

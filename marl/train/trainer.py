@@ -3,7 +3,9 @@
 One step:
   1. plan ``groups_per_step`` groups of ``group_size`` games; the games of a group share their
      seed (same deal) and their seating, so their outcomes differ only by the agents' choices;
-  2. play them (runtime workers, batched rollouts);
+  2. play them (runtime workers, batched rollouts); with ``train.async.max_staleness`` k > 0
+     the next k steps' games are launched before this step's update, so they play while it
+     runs (:mod:`marl.train.asynchrony`);
   3. turn every decision of a trainable agent into a sample (reward, group, agent) and apply the
      configured advantage estimator;
   4. one GRPO update per trainable base model, then publish the new weights;
@@ -51,6 +53,7 @@ from marl.train.advantages import (
     make_estimator,
     remove_common_mode,
 )
+from marl.train.asynchrony import Rollouts, StaleBatchError
 from marl.train.best import BestCheckpoint
 from marl.train.checkpoint import load_checkpoint, save_checkpoint
 from marl.train.league import League
@@ -100,6 +103,17 @@ def check_trainable(cfg: TeamConfig) -> None:
             "train.learner.backend is deepspeed but DeepSpeed is not installed: "
             "pip install 'marl-teams[deepspeed]'"
         )
+
+
+def check_finite(step: int, weights: dict, lr: float) -> None:
+    """Stop before diverged weights are played (or checkpointed) with."""
+    for role, sd in weights.items():
+        bad = next((k for k, v in sd.items() if not torch.isfinite(v).all()), None)
+        if bad is not None:
+            raise TrainingError(
+                f"step {step}: the run diverged, the update made weights of role {role!r} "
+                f"non-finite ({bad}): lower train.lr (now {lr})"
+            )
 
 
 class Trainer:
@@ -153,6 +167,13 @@ class Trainer:
         )
         if ckpt is not None:
             self._restore(ckpt)
+        self.rollouts = Rollouts(
+            self.runtime,
+            lambda s: self.graph.assign(self.plan(s), s),
+            self.tc.seed,
+            self.tc.asynchrony.max_staleness,
+            self.tc.steps,
+        )
 
     # ----- planning
     def plan(self, step: int) -> list[EpisodeSpec]:
@@ -241,11 +262,11 @@ class Trainer:
     def train_step(self) -> StepResult:
         step = self.step + 1
         t0 = time.perf_counter()
-        specs = self.graph.assign(self.plan(step), step)
         try:
-            episodes = self.runtime.play(specs, step, self.tc.seed)
-        except (ActorPoolError, PolicyError) as exc:
+            specs, episodes, staleness = self.rollouts.take(step)
+        except (ActorPoolError, PolicyError, StaleBatchError) as exc:
             raise TrainingError(f"step {step}: rollout {exc}") from None
+        self.rollouts.ahead(step)
         t1 = time.perf_counter()
         rows, samples = self.samples(episodes, specs)
         adv = self.estimator(samples)
@@ -259,11 +280,11 @@ class Trainer:
         topology = self.graph.update(episodes, specs)
         t3 = time.perf_counter()
         weights = self.runtime.weights()
-        self._check_finite(step, weights)
+        check_finite(step, weights, self.tc.lr_at(step))
         if self.magnet is not None and self.magnet.due(step):
             self.runtime.set_magnet(self.magnet.move(weights))
         snap = self.league.maybe_snapshot(step, weights)
-        self.runtime.publish(weights, dict(self.league.snapshots))
+        self.runtime.publish(weights, dict(self.league.snapshots), step)
         t4 = time.perf_counter()
         self._record_league(episodes, specs)
         metrics = self.step_metrics(
@@ -275,7 +296,11 @@ class Trainer:
             skipped,
             {"rollout": t1 - t0, "advantage": t2 - t1, "update": t3 - t2, "sync": t4 - t3},
         )
-        metrics["snapshot"] = snap
+        metrics.update(
+            snapshot=snap,
+            staleness=staleness,
+            games_per_min=round(60 * len(episodes) / (t4 - t0), 2),
+        )
         if topology:
             metrics["topology"] = topology
         if self.exact_eval and (step % self.tc.eval_every == 0 or step == self.tc.steps):
@@ -285,16 +310,6 @@ class Trainer:
         self.bad_steps = self.bad_steps + 1 if skipped else 0
         self.step = step
         return StepResult(step, metrics, episodes)
-
-    def _check_finite(self, step: int, weights: dict) -> None:
-        """Stop before diverged weights are played (or checkpointed) with."""
-        for role, sd in weights.items():
-            bad = next((k for k, v in sd.items() if not torch.isfinite(v).all()), None)
-            if bad is not None:
-                raise TrainingError(
-                    f"step {step}: the run diverged, the update made weights of role {role!r} "
-                    f"non-finite ({bad}): lower train.lr (now {self.tc.lr_at(step)})"
-                )
 
     def _record_league(self, episodes: list[Episode], specs: list[EpisodeSpec]) -> None:
         by_index = {s.index: s for s in specs}
@@ -346,7 +361,7 @@ class Trainer:
         if isinstance(self.estimator, RoleBaseline) and ck.state.get("rae"):
             self.estimator.baseline = dict(ck.state["rae"])
         self.runtime.load(ck.weights, ck.optimizer_states)
-        self.runtime.publish(ck.weights, dict(self.league.snapshots))
+        self.runtime.publish(ck.weights, dict(self.league.snapshots), ck.step)
         self.graph.load(path)
         if self.magnet is not None:
             self.runtime.set_magnet(self.magnet.load(path))
@@ -395,6 +410,7 @@ class Trainer:
                     break
             ok = True
         finally:
+            self.rollouts.close()
             budget.adopt(None)
             for lg in loggers:
                 lg.close(ok)

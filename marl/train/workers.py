@@ -151,6 +151,7 @@ class RolloutWorker:
         )
         # league opponents (snapshots, checkpoints, bots) by id, made by _opponent
         self.extra: dict[ParticipantId, Agent] = {}
+        self.version = 0  # of the weights it plays with: the training step that made them
         self._play: Callable[[list[EpisodeSpec]], list[Episode]] = (
             TeamPlayer(self.cfg, self.roster).play
             if self.cfg.rollout_kind() == "team"
@@ -202,7 +203,8 @@ class RolloutWorker:
         return self.extra[pid]
 
     def play(self, specs: list[EpisodeSpec], step: int, run_seed: int) -> list[Episode]:
-        """Play ``specs``; each batch of specs is re-seeded from its first episode index."""
+        """Play ``specs``; each batch of specs is re-seeded from its first episode index, and
+        every episode stamped with the weights' version."""
         if not specs:
             return []
         reseed(
@@ -211,7 +213,7 @@ class RolloutWorker:
         )
         episodes = self._play(specs)
         for ep, spec in zip(episodes, specs, strict=True):
-            ep.index = spec.index
+            ep.index, ep.policy_version = spec.index, self.version
         return episodes
 
     def _play_games(self, specs: list[EpisodeSpec]) -> list[Episode]:

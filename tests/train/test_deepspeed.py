@@ -178,6 +178,7 @@ def _run(
     for r in rows:
         r.pop("seconds")
         r.pop("tokens_per_s")
+        r.pop("games_per_min")
     return rows
 
 

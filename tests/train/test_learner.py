@@ -4,6 +4,7 @@ step again against the sampling-time log-probs, where the clip acts."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 
 import pytest
@@ -14,7 +15,7 @@ from marl.agents.host import ModelHost
 from marl.agents.policy import choice_logprobs
 from marl.config import load_config_text
 from marl.train.learner import Learner, TrainItem
-from marl.train.loss import grpo_loss
+from marl.train.loss import grpo_loss, importance_weights
 from marl.train.runtime import LearnerProcess, trainable_hosts
 
 TEMPERATURE = 2.0
@@ -217,3 +218,49 @@ def test_tis_weights_tokens_by_the_truncated_engine_ratio() -> None:
     ).update(_shifted(items, -0.1))
     assert tis.mismatch == pytest.approx(0.1, abs=1e-5)
     assert tis.loss == pytest.approx(1.05 * exact.loss, rel=1e-5)
+
+
+def test_importance_weights_are_one_where_behaviour_is_proximal_and_cut_at_the_cap() -> None:
+    prox = torch.tensor([[-0.5, -1.25, -2.0], [-0.1, 0.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
+    w, raw = importance_weights(prox, prox.clone(), mask, 2.0)
+    assert torch.equal(w, mask) and torch.equal(raw, mask)  # exp(0) = 1, exactly
+    behav = prox - torch.log(torch.tensor([[3.0, 1.5, 0.5], [4.0, 9.0, 9.0]]))
+    w, raw = importance_weights(prox, behav, mask, 2.0)
+    assert torch.allclose(raw, torch.tensor([[3.0, 1.5, 0.5], [4.0, 0.0, 0.0]]))
+    assert torch.allclose(w, torch.tensor([[2.0, 1.5, 0.5], [2.0, 0.0, 0.0]]))  # padding: 0
+
+
+def _own(items: list[TrainItem]) -> list[TrainItem]:
+    """The batch with the learner's own log-probs as the behaviour's (a synchronous run)."""
+    host = _host()
+    learner = Learner(train_config(), host, ["red"])
+    with torch.no_grad(), host.use("red"):
+        logp = learner.choice_logp(items)[0]
+    return [
+        dataclasses.replace(it, old_logprobs=[float(x)]) for it, x in zip(items, logp, strict=True)
+    ]
+
+
+@pytest.mark.parametrize("epochs", [1, 2])
+@pytest.mark.parametrize("correction", ["decoupled", "truncated_is"])
+def test_async_corrections_weigh_by_the_behaviour_ratio(correction: str, epochs: int) -> None:
+    """Behaviour log-probs equal to the learner's give weights of exactly 1; log 3 below
+    them, weights of 3 (decoupled) or the cap (truncated_is), every token clipped."""
+    items = _own(_batch(_host()))
+    cfg = train_config(lr=0.05, epochs=epochs, asynchrony={"is_cap": 2.0})
+    same = Learner(cfg, _host(), ["red"], correction=correction).update(items)
+    assert same.is_weights == {"mean": 1.0, "max": 1.0, "clipped": 0.0}
+    exact = Learner(cfg, _host(), ["red"], correction="recompute").update(items)
+    assert exact.is_weights is None  # no weights, nothing to report
+    assert same.loss == exact.loss
+    stale = Learner(cfg, _host(), ["red"], correction=correction).update(
+        _shifted(items, -math.log(3.0))
+    )
+    w = {"decoupled": 3.0, "truncated_is": 2.0}[correction]
+    assert stale.is_weights["mean"] == pytest.approx(w, rel=1e-5)
+    assert stale.is_weights["max"] == pytest.approx(3.0, rel=1e-5)
+    assert stale.is_weights["clipped"] == (1.0 if correction == "truncated_is" else 0.0)
+    assert stale.mismatch == pytest.approx(math.log(3.0), abs=1e-5)
+    if epochs == 1:  # the one pass: the loss is the weighted one
+        assert stale.loss == pytest.approx(w * exact.loss, rel=1e-5)

@@ -66,7 +66,7 @@ def test_killed_worker_is_replaced_and_the_step_completes(local_ray, tmp_path: P
     specs = trainer.plan(1)
     reference = summary(runtime.play(specs, 1, 0))
     pid = ray.get(runtime.workers[0].placement.remote())["pid"]
-    runtime.publish(runtime.weights(), {})  # reloaded weights: nothing remembered, full work
+    runtime.publish(runtime.weights(), {}, 1)  # reloaded weights: nothing remembered, full work
     timer = threading.Thread(target=kill_when_busy, args=(pid,))
     timer.start()
     episodes = runtime.play(specs, 1, 0)
@@ -107,7 +107,9 @@ def test_actors_spread_over_two_nodes(tmp_path: Path) -> None:
         trainer = Trainer(cfg, tmp_path / "run", runtime=runtime)
         specs = trainer.plan(1)
         assert len(runtime.play(specs, 1, 0)) == len(specs)
-        runtime.publish(runtime.weights(), {})
+        runtime.publish(runtime.weights(), {}, 1)
+        # the workers of both nodes play with the version published
+        assert {ep.policy_version for ep in runtime.play(specs, 2, 0)} == {1}
     finally:
         ray.shutdown()
         cluster.shutdown()

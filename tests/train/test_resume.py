@@ -29,7 +29,7 @@ KUHN = """\
 def _metrics(run: Path) -> list[dict]:
     rows = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
     for r in rows:
-        for volatile in ("seconds", "tokens_per_s"):
+        for volatile in ("seconds", "tokens_per_s", "games_per_min"):
             r.pop(volatile)
     return rows
 

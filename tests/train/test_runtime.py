@@ -20,6 +20,7 @@ from marl.train.trainer import Trainer, TrainingError
 
 PROTOCOL = [
     "play",
+    "launch",
     "update",
     "publish",
     "weights",
@@ -119,9 +120,11 @@ def test_a_killed_actor_is_replaced_and_its_chunk_replayed(local_ray, tmp_path: 
     pool = pool_of(2)
     try:
         pids = ray.get([a.pid.remote() for a in pool.actors])
-        out = pool.map("work", [[1, -1], [5]], str(poison), True)
+        prepared: list = []  # the actor each chunk went to, told first
+        out = pool.map("work", [[1, -1], [5]], str(poison), True, prepare=prepared.append)
         assert out == [[2, -2], [10]]
         assert pool.replaced == 1 and not poison.exists()
+        assert len(prepared) == 3  # each chunk, and the replay of the lost one
         assert ray.get(pool.actors[0].pid.remote()) not in pids  # a fresh actor in its slot
         assert ray.get(pool.actors[1].pid.remote()) == pids[1]
     finally:
