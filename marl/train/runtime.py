@@ -7,14 +7,17 @@ the league pool -> every worker), ``weights``, ``optimizer_states``/``load``,
 
 - :class:`LocalRuntime` builds the team once; the worker and the learners share its model, so
   nothing is copied.
-- :class:`RayRuntime` runs ``rollout_workers`` worker actors and one learner group per
-  trainable base model (:class:`~marl.train.group.LearnerGroup`: ``train.learner.ranks``
-  actors in one process group), with the CPUs/GPUs the config asks for.  Weights travel
-  through the object store (``ray.put`` once, every worker reads the same object).  The
-  workers are an :class:`~marl.infra.actors.ActorPool`: a worker that dies mid-rollout is
-  replaced by a new actor, given the current weights, and its share of the episodes is
-  replayed; because seeds come from the specs, the step's result is the same.  A pool that
-  keeps losing workers stops with :class:`~marl.infra.actors.ActorPoolError`.
+- :class:`RayRuntime` runs ``rollout_workers`` worker actors in one placement group
+  (``ray.worker_placement``: pack or spread; :mod:`marl.infra.placement`) and one learner
+  group per trainable base model (:class:`~marl.train.group.LearnerGroup`:
+  ``train.learner.ranks`` actors in a placement group of their own and one process group),
+  with the CPUs/GPUs the config asks for.  Weights travel through the object store
+  (``ray.put`` once, every worker reads the same object).  The workers are an
+  :class:`~marl.infra.actors.ActorPool`: a worker that dies (its process, or its node) in a
+  rollout, a publish or an evaluation is replaced by a new actor in the group's free bundle,
+  given the published weights, and its call is replayed; because seeds come from the specs,
+  the step's result is the same.  A pool that keeps losing workers stops with
+  :class:`~marl.infra.actors.ActorPoolError`.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from marl.agents.builder import Roster, build_roster, host_key
 from marl.agents.rollout import Episode
 from marl.config import TeamConfig
 from marl.infra.actors import ActorPool, start_ray
+from marl.infra.placement import in_bundle, release, reserve
 from marl.infra.seats import ParticipantId
 from marl.train.group import LearnerGroup
 from marl.train.league import Weights
@@ -196,6 +200,11 @@ class _WorkerActor(RolloutWorker, _Placed):
         super().__init__(cfg)
         _place(self.roster)
 
+    def receive(self, weights: Weights, snapshots: dict[ParticipantId, Weights]) -> None:
+        """The published adapters and league pool, in one call."""
+        self.set_weights(weights)
+        self.sync_snapshots(snapshots)
+
 
 class LearnerRank(LearnerProcess, _Placed):
     """One rank of a :class:`~marl.train.group.LearnerGroup`: its learner is built once the
@@ -227,9 +236,6 @@ class RayRuntime:
         rc = cfg.train.ray
         start_ray(address or rc.address)
         self.data = cfg.model_dump(by_alias=True)
-        self._worker_cls = ray.remote(num_cpus=rc.cpus_per_worker, num_gpus=rc.gpus_per_worker)(
-            _WorkerActor
-        )
         lc = cfg.train.learner
         resources = {"CPU": rc.cpus_per_learner, "GPU": rc.gpus_per_learner}
         self.learners = {
@@ -238,18 +244,25 @@ class RayRuntime:
             )
             for k in trainable_hosts(cfg)
         }
-        self._weights_ref = None
-        self._snapshots_ref = None
-        self.pool = ActorPool(self._spawn_worker, rc.rollout_workers)
+        n = rc.rollout_workers
+        bundle = {"CPU": rc.cpus_per_worker, "GPU": rc.gpus_per_worker}
+        what = f"train.ray.rollout_workers: {n} workers"
+        self.worker_pg = reserve(bundle, n, rc.worker_placement, what)
+        self._worker_cls = ray.remote(_WorkerActor).options(
+            num_cpus=rc.cpus_per_worker,
+            num_gpus=rc.gpus_per_worker,
+            scheduling_strategy=in_bundle(self.worker_pg),
+        )
+        self._published: tuple[Any, Any] | None = None  # object refs: weights, snapshots
+        self.pool = ActorPool(self._spawn_worker, n)
 
     def _spawn_worker(self) -> Any:
-        """A worker with the published weights and league pool (an actor runs one caller's
-        calls in order, so they are in place before its first rollout)."""
+        """A worker, in any free bundle of the workers' group, with the published weights and
+        league pool (an actor runs one caller's calls in order, so they are in place before
+        its first rollout)."""
         w = self._worker_cls.remote(self.data)
-        if self._weights_ref is not None:
-            w.set_weights.remote(self._weights_ref)
-        if self._snapshots_ref is not None:
-            w.sync_snapshots.remote(self._snapshots_ref)
+        if self._published is not None:
+            w.receive.remote(*self._published)
         return w
 
     @property
@@ -273,15 +286,11 @@ class RayRuntime:
         return {k: self.learners[k].result(r) for k, r in refs.items()}
 
     def publish(self, weights: Weights, snapshots: dict[ParticipantId, Weights]) -> None:
-        self._weights_ref = self.ray.put(weights)
-        self._snapshots_ref = self.ray.put(snapshots)
-        self.ray.get(
-            [w.set_weights.remote(self._weights_ref) for w in self.workers]
-            + [w.sync_snapshots.remote(self._snapshots_ref) for w in self.workers]
-        )
+        self._published = (self.ray.put(weights), self.ray.put(snapshots))
+        self.pool.each("receive", *self._published)
 
     def exploitability(self) -> float:
-        return self.ray.get(self.workers[0].exploitability.remote())
+        return self.pool.one("exploitability")
 
     def weights(self) -> Weights:
         return self._gather("weights")
@@ -309,5 +318,6 @@ class RayRuntime:
 
     def shutdown(self) -> None:
         self.pool.shutdown()
+        release(self.worker_pg)
         for g in self.learners.values():
             g.shutdown()

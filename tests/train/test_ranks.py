@@ -20,8 +20,9 @@ import torch
 from helpers import tiny_team
 from marl.config import load_config_text
 from marl.config.loader import ConfigError
+from marl.infra.placement import PlacementError
 from marl.train.checkpoint import load_optimizer_state, save_optimizer_state
-from marl.train.group import LearnerGroup, LearnerGroupError
+from marl.train.group import LearnerGroup
 from marl.train.learner import TrainItem
 from marl.train.ranks import Ranks
 from marl.train.runtime import LearnerProcess, LearnerRank
@@ -106,7 +107,7 @@ def test_shares_are_balanced_by_tokens_and_cover_the_batch() -> None:
 
 
 def test_a_group_the_cluster_cannot_hold_is_refused_in_one_line(local_ray) -> None:
-    with pytest.raises(LearnerGroupError, match=r"ranks: 2 ranks of \{'CPU': 2\.0\}"):
+    with pytest.raises(PlacementError, match=r"ranks: 2 ranks of \{'CPU': 2\.0\}"):
         LearnerGroup(ray.remote(LearnerRank), _cfg("torch"), KEY, 2, {"CPU": 2.0}, timeout_s=1)
 
 
