@@ -86,6 +86,14 @@ def trainable_hosts(cfg: TeamConfig) -> dict[str, list[str]]:
     return dict(out)
 
 
+def learner_roster(cfg: TeamConfig) -> Roster:
+    """The team as a learner builds it: its model hosts, with the roles that sample on vLLM
+    built on transformers instead.  A learner never samples: a vLLM engine per learner rank
+    would only hold the memory (on a GPU, most of it) its update needs."""
+    roles = [r.replace(backend="hf") if r.backend == "vllm" else r for r in cfg.roles]
+    return build_roster(cfg.replace(roles=roles))
+
+
 class LearnerProcess:
     """A learner plus the team built around it: what one learner rank holds."""
 
@@ -93,7 +101,7 @@ class LearnerProcess:
         team = TeamConfig.model_validate(cfg)
         tc = team.train
         assert tc is not None
-        roster = roster or build_roster(team)
+        roster = roster or learner_roster(team)
         roles = trainable_hosts(team)[key]
         self.learner = Learner(
             tc,
@@ -130,7 +138,7 @@ class LocalRuntime:
         # model: the learners then get a model of their own, and the worker gets the weights
         lc = cfg.train.learner if cfg.train else None
         self.shared = not (lc and lc.backend == "deepspeed" and lc.zero_stage == 3)
-        roster = self.roster if self.shared else build_roster(cfg)
+        roster = self.roster if self.shared else learner_roster(cfg)
         self.learners = {k: LearnerProcess(data, k, roster) for k in trainable_hosts(cfg)}
 
     def play(self, specs: list[EpisodeSpec], step: int, seed: int) -> list[Episode]:
@@ -220,7 +228,7 @@ class LearnerRank(LearnerProcess, _Placed):
         return address
 
     def join(self, address: str, rank: int, world: int) -> None:
-        roster = build_roster(TeamConfig.model_validate(self.cfg))
+        roster = learner_roster(TeamConfig.model_validate(self.cfg))
         _place(roster)
         gpu = roster.hosts[self.key].device.type == "cuda"
         os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK="0")
