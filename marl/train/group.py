@@ -3,7 +3,8 @@
 The trainer's runtime holds one :class:`LearnerGroup` per trainable base model and calls it
 as it would call one learner: each call goes to every rank (the batch is put in Ray's object
 store once and every rank reads it) and the answer is rank 0's, which equals the others'
-(same update everywhere: :mod:`marl.train.ranks`).  This is verl's and NeMo-RL's worker
+(same update everywhere: :mod:`marl.train.ranks`; the other ranks send back no weights or
+optimizer state, so one copy crosses the network).  This is verl's and NeMo-RL's worker
 group, with the ranks as data-parallel replicas of one LoRA learner.
 
 How it is built:

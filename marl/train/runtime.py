@@ -220,7 +220,7 @@ class LearnerRank(LearnerProcess, _Placed):
 
     def __init__(self, cfg: dict, key: str) -> None:
         _use_all_cores()
-        self.cfg, self.key, self.store = cfg, key, None
+        self.cfg, self.key, self.store, self.rank = cfg, key, None, 0
 
     def rendezvous(self, world: int) -> str:
         """Rank 0: the address the ranks meet at (a free port on this node)."""
@@ -233,7 +233,18 @@ class LearnerRank(LearnerProcess, _Placed):
         gpu = roster.hosts[self.key].device.type == "cuda"
         os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK="0")
         join_group(address, rank, world, "nccl" if gpu else "gloo", self.store)
+        self.rank = rank
         super().__init__(self.cfg, self.key, roster)
+
+    # every rank takes part (a ZeRO gather is collective); only rank 0's copy is sent back,
+    # the group's answer, so one copy crosses the network, not one per rank
+    def weights(self) -> Weights:
+        weights = super().weights()
+        return weights if self.rank == 0 else {}
+
+    def optimizer_state(self) -> dict:
+        state = super().optimizer_state()
+        return state if self.rank == 0 else {}
 
 
 class RayRuntime:

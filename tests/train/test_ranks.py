@@ -120,6 +120,7 @@ def test_two_ranks_update_as_one_and_resume_across_rank_counts(
     group = LearnerGroup(ray.remote(LearnerRank), cfg, KEY, 2, {"CPU": 0.5})
     try:
         _close(one.weights(), group.call("weights"))
+        assert ray.get(group.submit("weights"))[1] == {}  # one copy comes back: rank 0's
         for seed in range(2):
             _same_stats(one.update(_batch(seed), seed), group.call("update", _batch(seed), seed))
         saved = copy.deepcopy((one.weights(), one.optimizer_state()))  # live tensors on a CPU
