@@ -1,7 +1,8 @@
 """The GPU paths checked in one command (under ten minutes on one GPU), as a table for the docs.
 
-Parts, each in a fresh interpreter (a part that crashes, hangs past its time or misses its
-tolerance is a failed row with its one-line reason, and the next part runs):
+Parts, each in a fresh interpreter with a time limit (the limits add up to under ten minutes;
+a part that crashes, runs past its limit or misses its tolerance is a failed row with its
+one-line reason, and the next part runs):
 
 - ``vllm``: the vLLM rollout engine (fp32, the GPU's weight sync: LoRA requests) samples free
   text under a perturbed adapter; the learner's log-probs of the same tokens
@@ -83,7 +84,7 @@ def within(name: str, value: float, tol: float, figure: str) -> str:
 
 
 # ----- the parts (each runs in a child interpreter)
-@part("vllm", "vLLM rollout log-probs vs the learner's", 180)
+@part("vllm", "vLLM rollout log-probs vs the learner's", 150)
 def vllm_logprobs(args: argparse.Namespace) -> str:
     import torch
 
@@ -123,7 +124,7 @@ def vllm_logprobs(args: argparse.Namespace) -> str:
     return within("max |dlogp|", float(gaps.max()), TOLERANCE["vllm"], figure)
 
 
-@part("ranks", "1-rank vs 2-rank learner group (NCCL on GPU, gloo on CPU)", 150, quick=True)
+@part("ranks", "1-rank vs 2-rank learner group (NCCL on GPU, gloo on CPU)", 90, quick=True)
 def learner_ranks(args: argparse.Namespace) -> str:
     import ray
     import torch
@@ -151,17 +152,17 @@ def zero_stage(args: argparse.Namespace, stage: int) -> str:
     return within("max |w2 - w1|", w, TOLERANCE["weights"], figure)
 
 
-@part("zero2", "DeepSpeed ZeRO-2", 150)
+@part("zero2", "DeepSpeed ZeRO-2", 75)
 def zero2(args: argparse.Namespace) -> str:
     return zero_stage(args, 2)
 
 
-@part("zero3", "DeepSpeed ZeRO-3 (one rank)", 150)
+@part("zero3", "DeepSpeed ZeRO-3 (one rank)", 75)
 def zero3(args: argparse.Namespace) -> str:
     return zero_stage(args, 3)
 
 
-@part("kuhn", "Kuhn training steps (configs/kuhn_target.yaml), timed", 300, quick=True)
+@part("kuhn", "Kuhn training steps (configs/kuhn_target.yaml), timed", 200, quick=True)
 def kuhn_steps(args: argparse.Namespace) -> str:
     from marl.train import Trainer
 

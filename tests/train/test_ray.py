@@ -108,11 +108,18 @@ CLUSTER_RUN = """\
 """
 
 
+def steps_logged(metrics: Path) -> int:
+    text = metrics.read_text() if metrics.exists() else ""
+    return sum('"learner"' in ln for ln in text.splitlines())
+
+
 def remove_after_first_step(cluster: Cluster, node, metrics: Path, removed: list[int]) -> None:
-    """Remove ``node`` once the run has logged a step; note how many steps it had logged."""
-    while not metrics.exists() or not metrics.read_text().strip():
+    """Remove ``node`` once the run has logged a training step (within a minute); note how
+    many steps it had logged."""
+    deadline = time.monotonic() + 60
+    while steps_logged(metrics) == 0 and time.monotonic() < deadline:
         time.sleep(0.05)
-    removed.append(len(metrics.read_text().splitlines()))
+    removed.append(steps_logged(metrics))
     cluster.remove_node(node)
 
 
@@ -149,7 +156,7 @@ def test_a_two_node_cluster_places_as_configured_and_a_lost_node_loses_no_step(
 
         metrics, removed = tmp_path / "run" / "metrics.jsonl", []
         killer = threading.Thread(
-            target=remove_after_first_step, args=(cluster, node, metrics, removed)
+            target=remove_after_first_step, args=(cluster, node, metrics, removed), daemon=True
         )
         killer.start()
         trainer.fit()
