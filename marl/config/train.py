@@ -60,6 +60,13 @@ class RayConfig(StrictModel):
     gpus_per_worker: Float = Field(
         0.0, ge=0, le=64, description="May be fractional: workers share."
     )
+    worker_placement: Literal["pack", "spread"] = Field(
+        "pack",
+        description="How Ray places the rollout workers (one placement group): pack (as few "
+        "nodes as fit: workers share a node) or spread (over as many nodes as it can: a lost node "
+        "costs a share of them).  A worker lost with its node is restarted where its bundle is "
+        "rescheduled and its episodes replayed.",
+    )
     cpus_per_learner: Float = Field(
         1.0, gt=0, le=1024, description="CPUs Ray reserves per learner rank."
     )

@@ -5,6 +5,8 @@
 - :mod:`marl.infra.actors`: ``start_ray`` (an unreachable address fails at once) and ``ActorPool``
   (chunks of work on Ray actors, a dead actor replaced and its chunk replayed, a bounded number
   of times);
+- :mod:`marl.infra.placement`: ``reserve`` (a Ray placement group of N bundles, packed or
+  spread over the nodes, or a one-line ``PlacementError``) and ``in_bundle``;
 - :mod:`marl.infra.atomic`: ``atomic_write`` (a folder or file written to a temp sibling, fsynced
   and renamed into place) and ``sweep_temps`` (the temps a killed writer left);
 - :mod:`marl.infra.jsonl`: ``complete_lines`` (a JSON-lines log read back, a torn last line cut);

@@ -91,12 +91,26 @@ class ActorPool:
         is called before each chunk goes to an actor (a replacement's replay too), to queue
         calls that must run first.  Errors raised by the method itself propagate (as Ray's
         ``RayTaskError``; a ``ReportedError`` as itself)."""
+        return self._run(method, [(c, *args) for c in chunks], on_result, prepare)
+
+    def one(self, method: str, *args: Any, prepare: Callable[[Any], None] | None = None) -> Any:
+        """``actor.<method>(*args)`` on the first actor, or its replacement if it dies."""
+        return self._run(method, [args], prepare=prepare)[0]
+
+    def _run(
+        self,
+        method: str,
+        calls: Sequence[tuple],
+        on_result: Callable[[Any], None] | None = None,
+        prepare: Callable[[Any], None] | None = None,
+    ) -> list[Any]:
+        """The calls' results in order, call ``i`` first to actor ``i`` (see :meth:`map`)."""
         import ray
         from ray.exceptions import RayActorError, RayTaskError, WorkerCrashedError
 
-        todo = deque(range(len(chunks)))
+        todo = deque(range(len(calls)))
         free = deque(range(len(self.actors)))
-        running: dict[Any, tuple[int, int]] = {}  # result ref -> (actor slot, chunk)
+        running: dict[Any, tuple[int, int]] = {}  # result ref -> (actor slot, call)
         results: dict[int, Any] = {}
         lost = 0
         while todo or running:
@@ -105,7 +119,7 @@ class ActorPool:
                 self.actors[slot].__ray_call__.remote(_adopt_budget, budget.deadline())
                 if prepare is not None:
                     prepare(self.actors[slot])
-                running[getattr(self.actors[slot], method).remote(chunks[i], *args)] = (slot, i)
+                running[getattr(self.actors[slot], method).remote(*calls[i])] = (slot, i)
             (ref,), _ = ray.wait(list(running), num_returns=1)
             slot, i = running.pop(ref)
             try:
@@ -120,7 +134,7 @@ class ActorPool:
                     cause = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
                     raise ActorPoolError(
                         f"actors keep dying: {lost} lost while running {method!r} on "
-                        f"{len(chunks)} chunks ({self.max_replacements} replacements allowed); "
+                        f"{len(calls)} chunks ({self.max_replacements} replacements allowed); "
                         f"last: {cause}"
                     ) from None
                 self.actors[slot] = self.spawn()
@@ -130,7 +144,7 @@ class ActorPool:
                 if on_result is not None:
                     on_result(results[i])
             free.append(slot)
-        return [results[i] for i in range(len(chunks))]
+        return [results[i] for i in range(len(calls))]
 
     def shutdown(self) -> None:
         import ray

@@ -9,17 +9,20 @@ episode with the version of the weights it played with.
 
 - :class:`LocalRuntime` builds the team once; the worker and the learners share its model, so
   nothing is copied, and ``launch`` plays at once.
-- :class:`RayRuntime` runs ``rollout_workers`` worker actors and one learner group per
-  trainable base model (:class:`~marl.train.group.LearnerGroup`: ``train.learner.ranks``
-  actors in one process group), with the CPUs/GPUs the config asks for.  Weights travel
-  through the object store: ``publish`` puts them (once, every worker reads the same object)
-  and each rollout takes the version published when it was launched (a worker loads it before
-  its share, unless it has it), so a launch never waits for the workers' current rollouts.
-  Rollouts run one launch after another on a thread of their own.  The workers are an
-  :class:`~marl.infra.actors.ActorPool`: a worker that dies mid-rollout is replaced by a new
-  actor, given the rollout's weights, and its share of the episodes is replayed; because
-  seeds come from the specs, the step's result is the same.  A pool that
-  keeps losing workers stops with :class:`~marl.infra.actors.ActorPoolError`.
+- :class:`RayRuntime` runs ``rollout_workers`` worker actors in one placement group
+  (``ray.worker_placement``: pack or spread; :mod:`marl.infra.placement`) and one learner
+  group per trainable base model (:class:`~marl.train.group.LearnerGroup`:
+  ``train.learner.ranks`` actors in a placement group of their own and one process group),
+  with the CPUs/GPUs the config asks for.  Weights travel through the object store:
+  ``publish`` puts them (once, every worker reads the same object) and each rollout takes the
+  version published when it was launched (a worker loads it before its share, unless it has
+  it), so a launch never waits for the workers' current rollouts.  Rollouts run one launch
+  after another on a thread of their own.  The workers are an
+  :class:`~marl.infra.actors.ActorPool`: a worker that dies (its process, or its node) in a
+  rollout or an evaluation is replaced by a new actor in the group's free bundle, given the
+  call's weights, and its call is replayed; because seeds come from the specs, the step's
+  result is the same.  A pool that keeps losing workers stops with
+  :class:`~marl.infra.actors.ActorPoolError`.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from marl.agents.builder import Roster, build_roster, host_key
 from marl.agents.rollout import Episode
 from marl.config import TeamConfig
 from marl.infra.actors import ActorPool, start_ray
+from marl.infra.placement import in_bundle, release, reserve
 from marl.infra.seats import ParticipantId
 from marl.train.group import LearnerGroup
 from marl.train.league import Weights
@@ -96,6 +100,14 @@ def trainable_hosts(cfg: TeamConfig) -> dict[str, list[str]]:
     return dict(out)
 
 
+def learner_roster(cfg: TeamConfig) -> Roster:
+    """The team as a learner builds it: its model hosts, with the roles that sample on vLLM
+    built on transformers instead.  A learner never samples: a vLLM engine per learner rank
+    would only hold the memory (on a GPU, most of it) its update needs."""
+    roles = [r.replace(backend="hf") if r.backend == "vllm" else r for r in cfg.roles]
+    return build_roster(cfg.replace(roles=roles))
+
+
 class LearnerProcess:
     """A learner plus the team built around it: what one learner rank holds."""
 
@@ -103,7 +115,7 @@ class LearnerProcess:
         team = TeamConfig.model_validate(cfg)
         tc = team.train
         assert tc is not None
-        roster = roster or build_roster(team)
+        roster = roster or learner_roster(team)
         roles = trainable_hosts(team)[key]
         self.learner = Learner(
             tc,
@@ -140,7 +152,7 @@ class LocalRuntime:
         # model: the learners then get a model of their own, and the worker gets the weights
         lc = cfg.train.learner if cfg.train else None
         self.shared = not (lc and lc.backend == "deepspeed" and lc.zero_stage == 3)
-        roster = self.roster if self.shared else build_roster(cfg)
+        roster = self.roster if self.shared else learner_roster(cfg)
         self.learners = {k: LearnerProcess(data, k, roster) for k in trainable_hosts(cfg)}
 
     def play(self, specs: list[EpisodeSpec], step: int, seed: int) -> list[Episode]:
@@ -239,7 +251,7 @@ class LearnerRank(LearnerProcess, _Placed):
 
     def __init__(self, cfg: dict, key: str) -> None:
         _use_all_cores()
-        self.cfg, self.key, self.store = cfg, key, None
+        self.cfg, self.key, self.store, self.rank = cfg, key, None, 0
 
     def rendezvous(self, world: int) -> str:
         """Rank 0: the address the ranks meet at (a free port on this node)."""
@@ -247,12 +259,23 @@ class LearnerRank(LearnerProcess, _Placed):
         return address
 
     def join(self, address: str, rank: int, world: int) -> None:
-        roster = build_roster(TeamConfig.model_validate(self.cfg))
+        roster = learner_roster(TeamConfig.model_validate(self.cfg))
         _place(roster)
         gpu = roster.hosts[self.key].device.type == "cuda"
         os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK="0")
         join_group(address, rank, world, "nccl" if gpu else "gloo", self.store)
+        self.rank = rank
         super().__init__(self.cfg, self.key, roster)
+
+    # every rank takes part (a ZeRO gather is collective); only rank 0's copy is sent back,
+    # the group's answer, so one copy crosses the network, not one per rank
+    def weights(self) -> Weights:
+        weights = super().weights()
+        return weights if self.rank == 0 else {}
+
+    def optimizer_state(self) -> dict:
+        state = super().optimizer_state()
+        return state if self.rank == 0 else {}
 
 
 class RayRuntime:
@@ -263,9 +286,6 @@ class RayRuntime:
         rc = cfg.train.ray
         start_ray(address or rc.address)
         self.data = cfg.model_dump(by_alias=True)
-        self._worker_cls = ray.remote(num_cpus=rc.cpus_per_worker, num_gpus=rc.gpus_per_worker)(
-            _WorkerActor
-        )
         lc = cfg.train.learner
         resources = {"CPU": rc.cpus_per_learner, "GPU": rc.gpus_per_learner}
         self.learners = {
@@ -274,8 +294,17 @@ class RayRuntime:
             )
             for k in trainable_hosts(cfg)
         }
+        n = rc.rollout_workers
+        bundle = {"CPU": rc.cpus_per_worker, "GPU": rc.gpus_per_worker}
+        what = f"train.ray.rollout_workers: {n} workers"
+        self.worker_pg = reserve(bundle, n, rc.worker_placement, what)
+        self._worker_cls = ray.remote(_WorkerActor).options(
+            num_cpus=rc.cpus_per_worker,
+            num_gpus=rc.gpus_per_worker,
+            scheduling_strategy=in_bundle(self.worker_pg),
+        )
         self.published: tuple[int, list] | None = None  # version, [weights, snapshots] refs
-        self.pool = ActorPool(lambda: self._worker_cls.remote(self.data), rc.rollout_workers)
+        self.pool = ActorPool(lambda: self._worker_cls.remote(self.data), n)
         self.rollouts = ThreadPoolExecutor(1, thread_name_prefix="rollouts")
 
     @staticmethod
@@ -322,10 +351,7 @@ class RayRuntime:
         self.published = (version, [self.ray.put(weights), self.ray.put(snapshots)])
 
     def exploitability(self) -> float:
-        worker = self.workers[0]
-        if self.published is not None:
-            worker.sync.remote(*self.published)
-        return self.ray.get(worker.exploitability.remote())
+        return self.pool.one("exploitability", prepare=self._sync(self.published))
 
     def weights(self) -> Weights:
         return self._gather("weights")
@@ -354,5 +380,6 @@ class RayRuntime:
     def shutdown(self) -> None:
         self.rollouts.shutdown(cancel_futures=True)
         self.pool.shutdown()
+        release(self.worker_pg)
         for g in self.learners.values():
             g.shutdown()

@@ -20,8 +20,9 @@ import torch
 from helpers import tiny_team
 from marl.config import load_config_text
 from marl.config.loader import ConfigError
+from marl.infra.placement import PlacementError
 from marl.train.checkpoint import load_optimizer_state, save_optimizer_state
-from marl.train.group import LearnerGroup, LearnerGroupError
+from marl.train.group import LearnerGroup
 from marl.train.learner import TrainItem
 from marl.train.ranks import Ranks
 from marl.train.runtime import LearnerProcess, LearnerRank
@@ -106,7 +107,7 @@ def test_shares_are_balanced_by_tokens_and_cover_the_batch() -> None:
 
 
 def test_a_group_the_cluster_cannot_hold_is_refused_in_one_line(local_ray) -> None:
-    with pytest.raises(LearnerGroupError, match=r"ranks: 2 ranks of \{'CPU': 2\.0\}"):
+    with pytest.raises(PlacementError, match=r"ranks: 2 ranks of \{'CPU': 2\.0\}"):
         LearnerGroup(ray.remote(LearnerRank), _cfg("torch"), KEY, 2, {"CPU": 2.0}, timeout_s=1)
 
 
@@ -119,6 +120,7 @@ def test_two_ranks_update_as_one_and_resume_across_rank_counts(
     group = LearnerGroup(ray.remote(LearnerRank), cfg, KEY, 2, {"CPU": 0.5})
     try:
         _close(one.weights(), group.call("weights"))
+        assert ray.get(group.submit("weights"))[1] == {}  # one copy comes back: rank 0's
         for seed in range(2):
             _same_stats(one.update(_batch(seed), seed), group.call("update", _batch(seed), seed))
         saved = copy.deepcopy((one.weights(), one.optimizer_state()))  # live tensors on a CPU

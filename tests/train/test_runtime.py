@@ -15,7 +15,13 @@ from helpers import tiny_team
 from marl.config import load_config_text
 from marl.infra import budget
 from marl.infra.actors import ActorPool, ActorPoolError, start_ray
-from marl.train.runtime import LocalRuntime, RayRuntime, Runtime
+from marl.train.runtime import (
+    LearnerProcess,
+    LocalRuntime,
+    RayRuntime,
+    Runtime,
+    learner_roster,
+)
 from marl.train.trainer import Trainer, TrainingError
 
 PROTOCOL = [
@@ -47,6 +53,16 @@ def test_both_runtimes_offer_the_protocol_with_its_signatures(cls: type) -> None
 def test_a_local_runtime_is_a_runtime() -> None:
     runtime = LocalRuntime(load_config_text(kuhn()))
     assert isinstance(runtime, Runtime)
+
+
+def test_a_learner_of_a_vllm_role_starts_no_engine() -> None:
+    """The learner only needs the role's model host; its correction still knows the role
+    samples on vLLM."""
+    text = kuhn().replace("model: tiny-random", "model: tiny-random-vllm\n    backend: vllm")
+    cfg = load_config_text(text)
+    assert list(learner_roster(cfg).hosts) == ["tiny-random-vllm"]  # no "vllm:..." engine
+    lp = LearnerProcess(cfg.model_dump(by_alias=True), "tiny-random-vllm")
+    assert lp.learner.correction == "recompute"
 
 
 class _Lost:
@@ -127,6 +143,22 @@ def test_a_killed_actor_is_replaced_and_its_chunk_replayed(local_ray, tmp_path: 
         assert len(prepared) == 3  # each chunk, and the replay of the lost one
         assert ray.get(pool.actors[0].pid.remote()) not in pids  # a fresh actor in its slot
         assert ray.get(pool.actors[1].pid.remote()) == pids[1]
+    finally:
+        pool.shutdown()
+
+
+@pytest.mark.slow
+def test_one_survives_its_actors_death_and_prepares_the_replacement(
+    local_ray, tmp_path: Path
+) -> None:
+    poison = tmp_path / "poison"
+    poison.touch()
+    pool = pool_of(2)
+    try:
+        prepared: list = []
+        assert pool.one("work", [-1, 4], str(poison), True, prepare=prepared.append) == [-2, 8]
+        assert pool.replaced == 1 and not poison.exists()
+        assert len(prepared) == 2  # the first actor, then its replacement
     finally:
         pool.shutdown()
 
