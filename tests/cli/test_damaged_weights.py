@@ -71,7 +71,12 @@ def to_int8(file: Path) -> str:
     return f"tensor {name} is torch.int8, not floating point"
 
 
-DAMAGES = [truncate, reshape, drop, to_int8]
+def poison(file: Path) -> str:
+    name = _rewrite(file, lambda t, n: t[n].view(-1).__setitem__(0, float("nan")))
+    return f"tensor {name} holds NaN or infinite values"
+
+
+DAMAGES = [truncate, reshape, drop, to_int8, poison]
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:

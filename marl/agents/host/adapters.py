@@ -32,7 +32,8 @@ class AdapterMismatch(ValueError):
 def read_adapter_file(file: Path, expected: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The tensors of a saved adapter, checked against ``expected`` (the adapter they go
     into, name -> tensor): a readable safetensors file with the same tensor names, each of the
-    same shape and of a floating-point dtype."""
+    same shape and of a floating-point dtype, every value finite (training never saves
+    anything else)."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
@@ -59,6 +60,8 @@ def read_adapter_file(file: Path, expected: Mapping[str, torch.Tensor]) -> dict[
                 f"{file}: tensor {name} has shape {list(got.shape)} but the model's "
                 f"adapter has {list(want.shape)}; check adapter.r and the base model"
             )
+        if not torch.isfinite(got).all():
+            raise AdapterMismatch(f"{file}: tensor {name} holds NaN or infinite values")
     return weights
 
 
