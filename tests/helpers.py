@@ -161,11 +161,8 @@ def marl(*args: str, cwd: Path, timeout: int = 300) -> subprocess.CompletedProce
     )
 
 
-def tiny_chain():
-    """The solver-critic-judge recipe on the tiny model, greedy, 12 tokens a turn."""
-    from marl.config import load_config
-
-    cfg = load_config(RECIPES / "solver_critic_judge.yaml")
+def tiny(cfg, max_new_tokens: int = 6):
+    """The same team on the tiny random model, greedy and short (fast, deterministic)."""
     return cfg.model_copy(
         update={
             "roles": [
@@ -173,7 +170,7 @@ def tiny_chain():
                     update={
                         "model": "tiny-random",
                         "decoding": r.decoding.model_copy(
-                            update={"max_new_tokens": 12, "temperature": 0.0}
+                            update={"max_new_tokens": max_new_tokens, "temperature": 0.0}
                         ),
                     }
                 )
@@ -181,6 +178,13 @@ def tiny_chain():
             ]
         }
     )
+
+
+def tiny_chain():
+    """The solver-critic-judge recipe on the tiny model, greedy, 12 tokens a turn."""
+    from marl.config import load_config
+
+    return tiny(load_config(RECIPES / "solver_critic_judge.yaml"), max_new_tokens=12)
 
 
 class Gate:

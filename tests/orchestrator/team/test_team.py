@@ -21,6 +21,7 @@ from langgraph.checkpoint.memory import MemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from typer.testing import CliRunner
 
+from helpers import tiny
 from marl.agents.policy import Request, Response
 from marl.cli import app
 from marl.config import TeamConfig, load_config, load_config_text
@@ -45,25 +46,6 @@ MARKER = re.compile(r"MSG\[([\w@-]+)#(\d+)\]")
 
 def example(name: str) -> TeamConfig:
     return load_config(REPO / "configs" / f"{name}.yaml")
-
-
-def tiny(cfg: TeamConfig, max_new_tokens: int = 6) -> TeamConfig:
-    """The same team on the tiny random model, greedy and short (fast, deterministic)."""
-    return cfg.model_copy(
-        update={
-            "roles": [
-                r.model_copy(
-                    update={
-                        "model": "tiny-random",
-                        "decoding": r.decoding.model_copy(
-                            update={"max_new_tokens": max_new_tokens, "temperature": 0.0}
-                        ),
-                    }
-                )
-                for r in cfg.roles
-            ]
-        }
-    )
 
 
 class Echo:
