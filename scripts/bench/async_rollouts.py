@@ -12,6 +12,7 @@ the learner have cores (or GPUs) of their own: ``--cpus`` is the Ray CPUs, split
 workers (``--cpus-per-worker`` each) and the learner (the rest).
 
     .venv/bin/python -m scripts.bench.async_rollouts                          # SmolLM2-135M
+    .venv/bin/python -m scripts.bench.async_rollouts --recipe kuhn_think --backend vllm --groups 4
     .venv/bin/python -m scripts.bench.async_rollouts --model tiny-random --steps 5 --groups 2
 """
 
@@ -39,8 +40,8 @@ STALENESS = (0, 1, 2)
 
 
 def config(args: argparse.Namespace, k: int):
-    cfg = recipe(args.recipe, args.model)
-    learner_cpus = max(args.cpus - args.workers * args.cpus_per_worker, 0.5)
+    cfg = recipe(args.recipe, args.model, args.backend)
+    learner_cpus = args.cpus - args.workers * args.cpus_per_worker
     ray = cfg.train.ray.replace(
         enabled=True,
         rollout_workers=args.workers,
@@ -90,17 +91,20 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--recipe", default="kuhn_selfplay")
     p.add_argument("--model", default="smollm2-135m-instruct")
+    p.add_argument("--backend", choices=("hf", "vllm"), help="the role's backend (the recipe's)")
     p.add_argument("--steps", type=int, default=8, help="training steps per k")
     p.add_argument("--groups", type=int, default=16, help="groups of 8 games per step")
     p.add_argument("--workers", type=int, default=2, help="rollout workers")
     p.add_argument("--cpus", type=float, default=float(os.cpu_count() or 2), help="Ray CPUs")
-    p.add_argument("--cpus-per-worker", type=float, default=1.0)
+    p.add_argument("--cpus-per-worker", type=float, default=0.75, help="Ray CPUs a worker takes")
     p.add_argument("--k", type=int, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.steps < 3 + max(STALENESS):
         p.error(
             f"--steps must be at least {3 + max(STALENESS)}: the figure is steps 2 to steps - 2"
         )
+    if args.workers * args.cpus_per_worker >= args.cpus:
+        p.error("--workers x --cpus-per-worker must leave some of --cpus to the learner")
     if args.k is not None:
         print(json.dumps(run_k(args)))
         return
@@ -115,7 +119,9 @@ def main() -> None:
             results[k] = json.loads(proc.stdout.strip().splitlines()[-1])
         print(f"  max_staleness {k}: {results[k]}", flush=True)
     base = results[0].get("games_per_min")
-    print(f"{args.recipe} on {args.model}, {args.groups * 8} games a step, {args.workers} workers:")
+    engine = args.backend or "the recipe's backend"
+    games = f"{args.groups * 8} games a step, {args.workers} workers"
+    print(f"{args.recipe} on {args.model} ({engine}), {games}:")
     for k, r in results.items():
         if "error" in r:
             print(f"  k={k}: failed: {r['error']}")

