@@ -70,10 +70,17 @@ class Reasonings:
     names: dict[str, tuple[str, ...]]
 
 
-def think_policy(agent: Agent):
-    """The agent's policy if it reasons before it chooses and can score after a reasoning."""
+def writes_reasoning(agent: Agent) -> bool:
+    """Whether the agent reasons before it chooses and can score a move after a reasoning
+    (think decoding with ``think_tokens > 0`` on the hf backend)."""
     policy = agent.policy
-    if not getattr(policy, "reasons", False) or not hasattr(policy, "probabilities_after"):
+    return bool(getattr(policy, "reasons", False)) and hasattr(policy, "probabilities_after")
+
+
+def think_policy(agent: Agent):
+    """The agent's policy if it :func:`writes_reasoning`."""
+    policy = agent.policy
+    if not writes_reasoning(agent):
         raise TypeError(
             f"{agent.name!r} writes no reasoning before its move "
             "(only a think-mode policy with think_tokens > 0 on the hf backend does)"
