@@ -12,7 +12,7 @@ import random
 import torch
 
 from marl.agents.host import ModelHost
-from marl.agents.host.generation import think_contexts, think_responses
+from marl.agents.host.generation import reasoning_text, think_contexts, think_responses
 from marl.agents.host.prompts import role_prompts
 from marl.agents.policy import (
     Request,
@@ -157,12 +157,33 @@ class HFPolicy:
         are read off a model.  Exact, with ``choice`` semantics whatever this policy's mode,
         except for a reasoning policy: the distribution after one sampled reasoning
         (:attr:`sampled_table`), an unbiased one-sample estimate of its table."""
+        if self.reasons:
+            return self.probabilities_after(requests, self.reasonings(requests))
         prompts, _ = self._prompts(requests)
         with self.host.use(self.adapter), self._compute():
-            if self.reasons:
-                prompts = self._reason(prompts)[2]
             _, scores = self._scores(requests, prompts)
         return [choice_probs(s, self.temperature) for s in scores]
+
+    def reasonings(self, requests: list[Request]) -> list[list[int]]:
+        """One sampled reasoning per request (token ids, as :meth:`act` samples them)."""
+        prompts, _ = self._prompts(requests)
+        with self.host.use(self.adapter), self._compute():
+            return self._reason(prompts)[0]
+
+    def probabilities_after(
+        self, requests: list[Request], reasoning: list[list[int]]
+    ) -> list[list[float]]:
+        """The choice distribution after a given reasoning per request: scored after
+        ``think_contexts`` (prompt, reasoning, separator) as in :meth:`act`, whichever state
+        the reasoning was written at; an empty one leaves prompt + separator."""
+        prompts, _ = self._prompts(requests)
+        with self.host.use(self.adapter), self._compute():
+            contexts = think_contexts(self.host, prompts, reasoning)
+            _, scores = self._scores(requests, contexts)
+        return [choice_probs(s, self.temperature) for s in scores]
+
+    def reasoning_text(self, reasoning: list[int]) -> str:
+        return reasoning_text(self.host, reasoning)
 
 
 @register_backend("hf")

@@ -39,7 +39,7 @@ from marl.agents.host import ModelHost
 from marl.agents.models import load_model
 from marl.agents.precision import weights_dtype
 from marl.agents.scripted import ScriptedPolicy
-from marl.config import SCHEMA_ID, TeamConfig, load_config
+from marl.config import SCHEMA_ID, RoleConfig, TeamConfig, load_config
 from marl.config.tournament import HttpSource
 from marl.games.bots import bot_names
 from marl.infra.layout import (
@@ -56,6 +56,12 @@ def bot_name(source: str, game: str) -> str | None:
     ``game``'s bots."""
     name = source.removeprefix("bot:")
     return name if name in bot_names(game) else None
+
+
+def participant_role(cfg: TeamConfig) -> RoleConfig:
+    """The role a team file or trained team is seated as: its first trained role (one with
+    an adapter), else its first role."""
+    return next((r for r in cfg.roles if r.adapter is not None), cfg.roles[0])
 
 
 class ParticipantLoader:
@@ -134,7 +140,7 @@ class ParticipantLoader:
         return dataclasses.replace(agent, name=name)
 
     def _model_agent(self, cfg: TeamConfig, folder: Path | None, name: str) -> Agent:
-        role = next((r for r in cfg.roles if r.adapter is not None), cfg.roles[0])
+        role = participant_role(cfg)
         if role.backend == "openai" and folder is None:
             return self._built_agent(cfg.model_copy(update={"roles": [role]}), name)
         if role.backend != "hf":

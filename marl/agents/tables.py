@@ -119,15 +119,28 @@ def sampled_report(
     n = len(positions)
     flat = read(positions * samples)  # one pass over all the draws: full batches
     draws = [[flat[j * n + i] for j in range(samples)] for i in range(n)]
-    keys = list(positioned)
-    table = {k: _mean(list(d)) for k, d in zip(keys, draws, strict=True)}
+    return draws_report(dict(zip(positioned, draws, strict=True)), game, resamples, level, seed)
+
+
+def draws_report(
+    draws: dict[str, list[dict]],
+    game: str,
+    resamples: int = 200,
+    level: float = 0.95,
+    seed: int = 0,
+) -> ExploitabilityReport:
+    """Exploitability of the table of means of ``draws`` (``samples`` sampled distributions
+    per information state), with the percentile bootstrap interval of :func:`sampled_report`."""
+    keys, rows = list(draws), list(draws.values())
+    samples = len(rows[0])
+    table = {k: _mean(list(d)) for k, d in zip(keys, rows, strict=True)}
     rng = np.random.default_rng(seed)
     boot = [
         exploitability(
             game,
             {
                 k: _mean([d[j] for j in rng.integers(0, samples, samples)])
-                for k, d in zip(keys, draws, strict=True)
+                for k, d in zip(keys, rows, strict=True)
             },
         )
         for _ in range(resamples)

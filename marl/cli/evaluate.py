@@ -10,13 +10,14 @@ import typer
 from marl.cli import output
 from marl.cli.common import fail, quiet_transformers
 from marl.cli.errors import write_json
+from marl.cli.exploitability import Shown, emit_reasonings, emit_report
 from marl.cli.output import Json
-from marl.cli.targets import check_folder, check_target, target_game
+from marl.cli.targets import check_folder, check_target, check_think_target, target_game
 
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from marl.agents.tables import ExploitabilityReport, OutcomeReport
+    from marl.agents.tables import OutcomeReport
     from marl.orchestrator.arena.credit import CreditReport
 
 eval_app = typer.Typer(no_args_is_help=True, help="Evaluation of players and teams.")
@@ -45,6 +46,24 @@ Samples = Annotated[
         help="Reasonings sampled per information state for a think-decoding policy "
         "(its table is their mean, with a 95% bootstrap interval); exact "
         "policies ignore it.",
+    ),
+]
+ReasoningMode = Annotated[
+    str | None,
+    typer.Option(
+        show_default="own",
+        help="Think-decoding policies only: score the move after each state's own sampled "
+        "reasoning (own), after an empty one (empty), or after one sampled at another "
+        "information state of the same player (swap, a seeded derangement); all: the three "
+        "side by side on the same samples.",
+    ),
+]
+Show = Annotated[
+    int,
+    typer.Option(
+        min=0,
+        help="Think-decoding policies only: print N of the sampled reasonings per "
+        "information state, each with the policy after it.",
     ),
 ]
 AgainstTarget = Annotated[
@@ -102,15 +121,20 @@ def eval_exploitability_cmd(
     game: TreeGame = None,
     out: TableOut = None,
     samples: Samples = 16,
+    reasoning: ReasoningMode = None,
+    show: Show = 0,
     table: ShowTable = False,
     json_out: Json = False,
 ) -> None:
     """Exact exploitability of the table policy a player induces (on the game a run, checkpoint
-    or team file carries; --table prints its policy per information state)."""
+    or team file carries; --table prints its policy per information state).  A think policy
+    is read from sampled reasonings: --reasoning empty, swap or all scores its move after
+    other reasonings than its own, --show N prints some (docs/algorithms.md#think-then-act)."""
     quiet_transformers()
     from marl import games
     from marl.agents.models import ModelError
     from marl.agents.participants import ParticipantLoader
+    from marl.agents.reasoning import reasoning_reports, writes_reasoning
     from marl.agents.tables import agent_report
 
     game = target_game(target, game, "kuhn_poker").name  # the tree is the game's, kwargs aside
@@ -121,35 +145,37 @@ def eval_exploitability_cmd(
             f"(got {game!r})"
         )
     check_target(target, game)
+    modes = _reasoning_modes(target, game, reasoning, show)
     console = output.console(json_out)
     try:
         with console.status(f"Reading {target}'s policy at every information state..."):
             agent = ParticipantLoader(game).load(target)
-            report = agent_report(agent, game, samples)
+            if modes or writes_reasoning(agent):
+                reports = reasoning_reports(agent, game, modes or ["own"], samples)
+            else:
+                reports = agent_report(agent, game, samples)
     except (ModelError, FileNotFoundError, ValueError, TypeError) as exc:
         fail(str(exc))
-    doc = _exploitability_doc(report, game, target)
-    if out:
-        write_json(out, doc)
-    if json_out:
-        output.emit(doc)
-        return
-    if table:
-        output.show(console, _policy_table(report, env.action_names, f"{target} on {game}"))
-    console.print(
-        f"{game} exploitability: {report.exploitability:.6f}  "
-        f"(NashConv {2 * report.exploitability:.6f})",
-        highlight=False,
-        soft_wrap=True,
-    )
-    if report.interval is not None:
-        lo, hi = report.interval
-        console.print(
-            f"{report.level:.0%} bootstrap interval [{lo:.6f}, {hi:.6f}] over "
-            f"{report.samples} sampled reasonings per information state",
-            highlight=False,
-            soft_wrap=True,
-        )
+    shown = Shown(target, game, env.action_names, out, json_out, table, show)
+    if isinstance(reports, list):
+        emit_reasonings(reports, shown)
+    else:
+        emit_report(reports, shown)
+
+
+def _reasoning_modes(target: str, game: str, reasoning: str | None, show: int) -> list[str]:
+    """The reasoning modes asked for (none: the default), refused with exit 2 before any
+    model loads for a value that is none or a target that writes no reasoning."""
+    from marl.agents.reasoning import MODES
+
+    if reasoning is not None and reasoning not in (*MODES, "all"):
+        fail(f"--reasoning must be one of {', '.join(MODES)} or all, got {reasoning!r}")
+    for option, given in (("--reasoning", reasoning is not None), ("--show", show > 0)):
+        if given:
+            check_think_target(target, game, option)
+    if reasoning is None:
+        return []
+    return list(MODES) if reasoning == "all" else [reasoning]
 
 
 def tree_games() -> list[str]:
@@ -157,31 +183,6 @@ def tree_games() -> list[str]:
     from marl import games
 
     return [name for name in games.names() if hasattr(games.make(name), "root_state")]
-
-
-def _exploitability_doc(report: ExploitabilityReport, game: str, target: str) -> dict[str, Any]:
-    """The figure, its interval for a sampled table, and the table: ``--json`` and ``--out``."""
-    sampled = {}
-    if report.interval is not None:
-        sampled = {"interval": list(report.interval), "samples": report.samples}
-        sampled["level"] = report.level
-    return {
-        "game": game,
-        "target": target,
-        "exploitability": report.exploitability,
-        "nash_conv": 2 * report.exploitability,
-        **sampled,
-        "table": report.table,
-    }
-
-
-def _policy_table(report: ExploitabilityReport, names: list[str], title: str) -> Table:
-    """One row per information state, one column per action: the policy's probabilities."""
-    shown = output.table(title, {"information state": "left", **dict.fromkeys(names, "right")})
-    for key in sorted(report.table):
-        row = report.table[key]
-        shown.add_row(key, *[f"{row[i]:.3f}" if i in row else "" for i in range(len(names))])
-    return shown
 
 
 @eval_app.command("against")

@@ -84,3 +84,28 @@ def check_folder(target: str) -> None:
 
     if not Path(target).exists():
         fail(why_missing(target))
+
+
+def check_think_target(target: str, game: str, option: str) -> None:
+    """Exit 2 unless ``target`` seats a policy that writes a reasoning before its move (the
+    role a participant is seated as decodes ``think`` with ``think_tokens > 0`` on the hf
+    backend): what ``option`` needs.  Reads the team file only; no model loads."""
+    from marl.agents.participants import bot_name, participant_role
+    from marl.config import TeamConfig
+    from marl.infra.layout import POPULATION_FILE
+
+    need = f"{option} needs a think-mode policy (decoding.mode: think, think_tokens > 0)"
+    if bot_name(target, game) is not None:
+        fail(f"{need}; {target} is a bot of {game}")
+    carried = carried_game(target)
+    if carried is None:
+        fail(f"{need}; {target} is no team file, run, checkpoint or exported team folder")
+    if carried[1].name == POPULATION_FILE:
+        fail(f"{need}; {target} is a mixture of snapshots")
+    role = participant_role(load_file(str(carried[1]), TeamConfig, []))
+    decoding = role.decoding
+    if role.backend != "hf" or decoding.mode != "think" or decoding.think_tokens == 0:
+        fail(
+            f"{need}; {target} seats role {role.name!r}, which decodes in {decoding.mode} mode "
+            f"(think_tokens {decoding.think_tokens}, backend {role.backend})"
+        )

@@ -146,6 +146,17 @@ class TextGame(AECEnv):
         """
         return None
 
+    def private_names(self) -> dict[str, tuple[str, ...]]:
+        """Every value a player's private information can take, with the words that name it
+        (poker: ``{"K": ("King", "K"), ...}``), so text can be checked for naming it; empty
+        where the game exposes none."""
+        return {}
+
+    def private_value(self, agent: str) -> str | None:
+        """The key of :meth:`private_names` that ``agent`` holds now (poker: its card);
+        ``None`` where the game exposes none."""
+        return None
+
     def state_key(self) -> Hashable | None:
         """A hashable key of the position (equal keys => same future under legal play).
 

@@ -27,6 +27,8 @@ ACTIONS = ("Check", "Bet", "Call", "Fold", "Raise")
 CHECK, BET, CALL, FOLD, RAISE = range(len(ACTIONS))
 _LETTER = {CHECK: "c", BET: "b", CALL: "c", FOLD: "f", RAISE: "r"}
 PLAYERS = ("player_0", "player_1")
+#: A rank's name in words (a rank with none is named by its letter only).
+RANK_WORDS = {"T": "Ten", "J": "Jack", "Q": "Queen", "K": "King", "A": "Ace"}
 
 
 @dataclass(frozen=True)
@@ -214,6 +216,15 @@ class PokerGame(TextGame):
         """The information state with the agent's own card hidden: ``?:cb`` for ``K:cb``."""
         key = self.information_state(agent)
         return "?" + key[1:]
+
+    def private_names(self) -> dict[str, tuple[str, ...]]:
+        """Each rank by its word and its letter: ``{"J": ("Jack", "J"), ...}``."""
+        return {r: (*([RANK_WORDS[r]] if r in RANK_WORDS else []), r) for r in self.poker.ranks}
+
+    def private_value(self, agent: str) -> str | None:
+        """The rank of ``agent``'s own card (None before it is dealt)."""
+        private, me = self.state.private, self.possible_agents.index(agent)
+        return self.poker.ranks[private[me]] if len(private) > me else None
 
     def set_tree_state(self, state: PokerState) -> None:
         """Jump to a decision node of the exact tree (to show a policy every info state)."""

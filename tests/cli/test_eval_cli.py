@@ -184,3 +184,57 @@ def test_tournament_and_models_list_print_json(tmp_path: Path) -> None:
     code, stdout, _ = cli("models", "list", "--json")
     names = [m["name"] for m in json.loads(stdout)["models"]]
     assert code == 0 and "tiny-random" in names
+
+
+def think_team(tmp_path: Path) -> Path:
+    """An untrained think-mode team file on the tiny model (4 reasoning tokens)."""
+    text = tiny_team("kuhn_poker", "  steps: 1\n").replace(
+        "decoding: {mode: choice}",
+        "decoding: {mode: think, think_tokens: 4, temperature: 1.5, think_prompt: Think.}",
+    )
+    (tmp_path / "think.yaml").write_text(text)
+    return tmp_path / "think.yaml"
+
+
+def test_reasoning_modes_side_by_side_in_json_and_in_a_table(tmp_path: Path) -> None:
+    team = str(think_team(tmp_path))
+    args = ("eval", "exploitability", team, "--samples", "2", "--reasoning", "all")
+    code, stdout, stderr = cli(*args, "--json", "--show", "1")
+    assert code == 0, stderr
+    doc = json.loads(stdout)
+    assert doc["reasoning"] == "all" and list(doc["modes"]) == ["own", "empty", "swap"]
+    for mode, m in doc["modes"].items():
+        assert m["reasoning"] == mode and len(m["table"]) == 12 and m["exploitability"] >= 0
+        assert [len(t) for t in m["transcripts"].values()] == [1] * 12
+        sampled = mode != "empty"
+        assert ("interval" in m) == ("naming" in m) == sampled
+        if sampled:
+            assert m["samples"] == 2 and m["naming"]["reasonings"] == 24
+            assert 0 <= m["naming"]["own"] <= 1 and 0 <= m["naming"]["other"] <= 1
+    for key, (t,) in doc["modes"]["swap"]["transcripts"].items():
+        assert t["from"] != key and set(t["policy"]) <= {"Check", "Bet", "Call", "Fold"}
+    code, table, _ = cli(*args)  # the same seeds: the same figures, none cut short
+    assert code == 0 and "…" not in table
+    for mode, m in doc["modes"].items():
+        row = next(line for line in table.splitlines() if line.startswith(f"│ {mode} "))
+        assert f"{m['exploitability']:.6f}" in row, row
+        assert ("exact" in row) == (mode == "empty"), row
+    code, stdout, _ = cli("eval", "exploitability", team, "--samples", "2", "--json")
+    own = json.loads(stdout)  # a think policy's default: its own reasonings
+    assert (
+        own["reasoning"] == "own" and own["exploitability"] == doc["modes"]["own"]["exploitability"]
+    )
+
+
+def test_reasoning_options_are_refused_for_a_policy_that_writes_none(tmp_path: Path) -> None:
+    """A choice-mode run whose model cannot load: the refusal comes before any load."""
+    run = str(fake_run(tmp_path / "run", "kuhn_poker", UNLOADABLE))
+    for option in (("--reasoning", "swap"), ("--reasoning", "own"), ("--show", "2")):
+        refused(
+            *cli("eval", "exploitability", run, *option),
+            f"{option[0]} needs a think-mode policy",
+            "choice mode",
+        )
+    refused(*cli("eval", "exploitability", "random", "--reasoning", "empty"), "is a bot")
+    team = str(think_team(tmp_path))
+    refused(*cli("eval", "exploitability", team, "--reasoning", "nope"), "own, empty, swap")

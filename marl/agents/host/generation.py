@@ -98,6 +98,11 @@ def think_contexts(
     ]
 
 
+def reasoning_text(host: ModelHost, reasoning: list[int]) -> str:
+    """A reasoning's text as transcripts show it: decoded, special tokens dropped, stripped."""
+    return host.tokenizer.decode(reasoning, skip_special_tokens=True).strip()
+
+
 def think_responses(
     host: ModelHost,
     requests: list[Request],
@@ -118,7 +123,7 @@ def think_responses(
         requests, prompts, reasoning, logps, contexts, cands, scores, cut, strict=True
     ):
         picked = choice_response(req, p, cs, s, temperature, rng, t)
-        text = host.tokenizer.decode(r, skip_special_tokens=True).strip()
+        text = reasoning_text(host, r)
         out.append(
             dataclasses.replace(
                 picked,
