@@ -7,8 +7,8 @@ user's own loop can reuse them:
 - advantage estimators (``make_estimator(name)``, ``ESTIMATORS``, ``Samples``, ``Advantages``,
   ``remove_common_mode``) and the clipped ``grpo_loss`` (math in docs/algorithms.md);
 - ``Learner`` (updates of the LoRA adapters on one base model, by an objective of
-  :mod:`marl.train.objectives`: GRPO or fitted policy targets, for choice or think roles) and ``League`` (snapshot
-  opponents);
+  :mod:`marl.train.objectives`: GRPO or fitted policy targets, for choice or think roles)
+  and ``League`` (snapshot opponents);
 - ``Runtime`` (where rollouts and updates run: ``LocalRuntime`` or ``RayRuntime``);
 - checkpoints (``save_checkpoint``, ``load_checkpoint``: safetensors, PEFT and JSON only).
 """

@@ -10,7 +10,8 @@ before the optimizer step) and the adapters' weights in and out.
 What an update does with those log-probs is an objective (:mod:`marl.train.objectives`),
 chosen from the config: the GRPO step (:mod:`marl.train.objectives.grpo`) or, with
 ``train.policy_target.eta > 0``, MMD's closed-form targets fitted by the model
-(:mod:`marl.train.objectives.policy_target`).
+(:mod:`marl.train.objectives.policy_target`; think roles:
+:mod:`marl.train.objectives.think_target`).
 
 The optimizer is a backend (:mod:`marl.train.optim`: torch AdamW or a DeepSpeed engine) behind a
 few calls, so each objective exists once whichever backend applies the update.

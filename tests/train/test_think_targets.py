@@ -211,8 +211,9 @@ def test_a_think_role_trains_with_targets_and_logs_the_fit(tmp_path: Path) -> No
 
 def test_the_kuhn_think_target_recipe_runs_on_the_tiny_model(tmp_path: Path) -> None:
     cfg = tiny_smoke("configs/kuhn_think_target.yaml")
+    cfg = cfg.replace(train=cfg.train.replace(groups_per_step=8))  # states seen twice: a signal
     assert cfg.roles[0].decoding.mode == "think" and cfg.train.policy_target.eta > 0
     hist = Trainer(cfg, tmp_path / "run").fit()
     assert [h["step"] for h in hist] == [1, 2]
     assert all(_learner(h)["fit_residual"] <= _learner(h)["loss"] for h in hist)
-    assert all(math.isfinite(h["eval"]["exploitability"]) for h in hist)
+    assert math.isfinite(hist[-1]["eval"]["exploitability"])  # eval_every 3: the last step
