@@ -1,7 +1,8 @@
 """Policy targets: magnetic mirror descent's step in closed form, then fitted by the model.
 
 The ``policy_target`` objective of the learner (``train.policy_target.eta > 0``, choice
-decoding).
+decoding; batches of think decisions go to :mod:`.think_target`, which reuses the pieces here:
+the action values, the closed form, :func:`fit` and :func:`accumulate`).
 
 For an information state s with legal actions a, the current policy pi, the magnet rho and
 action values Q(s, a) estimated from the batch (the mean return in reward units after playing
