@@ -215,20 +215,41 @@ def branch_needs_game(cfg: TeamConfig) -> list[PathProblem]:
     ]
 
 
-def targets_need_choice(cfg: TeamConfig) -> list[PathProblem]:
+def targets_need_scored_moves(cfg: TeamConfig) -> list[PathProblem]:
+    """Policy targets are distributions over the legal actions: the trained roles score them
+    (choice decoding, or think: after a reasoning), all one way, and the Gauss-Newton solver
+    fits choice roles only."""
     if cfg.train is None or not cfg.train.policy_target.eta > 0:
         return []
-    trained = set(trained_roles(cfg))
-    free = [r.name for r in cfg.roles if r.name in trained and r.decoding.mode != "choice"]
-    if not free:
-        return []
-    return [
-        (
-            ("train", "policy_target", "eta"),
-            f"train.policy_target fits distributions over the legal actions: roles {free} "
-            "need decoding.mode: choice",
-        )
-    ]
+    trained = [r for r in cfg.roles if r.name in set(trained_roles(cfg))]
+    modes = {r.decoding.mode for r in trained}
+    free = [r.name for r in trained if r.decoding.mode == "free"]
+    path = ("train", "policy_target", "eta")
+    if free:
+        return [
+            (
+                path,
+                f"train.policy_target fits distributions over the legal actions: roles {free} "
+                "write free text; they need decoding.mode: choice or think",
+            )
+        ]
+    if modes == {"choice", "think"}:
+        return [
+            (
+                path,
+                "train.policy_target fits choice and think roles apart: train roles of one "
+                "decoding.mode (choice or think) in a run",
+            )
+        ]
+    if "think" in modes and cfg.train.policy_target.solver == "gauss_newton":
+        return [
+            (
+                ("train", "policy_target", "solver"),
+                "train.policy_target.solver gauss_newton fits choice roles only: think roles "
+                "are fitted through the mixture over their reasonings by solver adam",
+            )
+        ]
+    return []
 
 
 #: Every cross-section rule of a team file, in the order its problems are reported.
@@ -243,5 +264,5 @@ TEAM_RULES: tuple[Rule, ...] = (
     team_task_roles,
     learner_fits,
     branch_needs_game,
-    targets_need_choice,
+    targets_need_scored_moves,
 )

@@ -192,8 +192,9 @@ class PolicyTargetConfig(StrictModel):
     """Replace the GRPO step by magnetic mirror descent's closed-form step, fitted: per
     information state of the batch, pi_target from the policy, the magnet and the estimated
     action values, then ``fit_steps`` optimiser steps on KL(pi_target || pi)
-    (docs/algorithms.md#policy-targets).  Choice decoding, advantages grouped by state, in
-    reward units."""
+    (docs/algorithms.md#policy-targets).  Choice or think decoding (think: the moves fitted
+    through the mixture over the sampled reasonings, docs/algorithms.md#think-targets),
+    advantages grouped by state, in reward units."""
 
     eta: Float = Field(
         0.0,
@@ -210,7 +211,16 @@ class PolicyTargetConfig(StrictModel):
         description="adam: the learner's optimizer at train.lr, halved after a step that does not "
         "lower the KL, ending on the best weights; gauss_newton: least-norm steps that move each "
         "state's logit differences to the targets' to first order, whatever the features share "
-        "(the torch learner backend).",
+        "(the torch learner backend; choice roles only).",
+    )
+    reasoning_weight: Float = Field(
+        1.0,
+        ge=0,
+        le=1e6,
+        description="think roles: weight of the clipped policy-gradient term that trains the "
+        "reasoning tokens by the decision's advantage Q(s, a) - V(s) (the move after the "
+        "reasoning is fitted to the target through the mixture over the sampled reasonings); "
+        "0: the reasoning is not trained.",
     )
     ridge: Float = Field(
         1e-6,

@@ -7,8 +7,8 @@ user's own loop can reuse them:
 - advantage estimators (``make_estimator(name)``, ``ESTIMATORS``, ``Samples``, ``Advantages``,
   ``remove_common_mode``) and the clipped ``grpo_loss`` (math in docs/algorithms.md);
 - ``Learner`` (updates of the LoRA adapters on one base model, by an objective of
-  :mod:`marl.train.objectives`: GRPO or fitted policy targets) and ``League`` (snapshot
-  opponents);
+  :mod:`marl.train.objectives`: GRPO or fitted policy targets, for choice or think roles)
+  and ``League`` (snapshot opponents);
 - ``Runtime`` (where rollouts and updates run: ``LocalRuntime`` or ``RayRuntime``);
 - checkpoints (``save_checkpoint``, ``load_checkpoint``: safetensors, PEFT and JSON only).
 """
@@ -24,7 +24,11 @@ from marl.train.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from marl.train.league import League
 from marl.train.learner import Learner, TrainItem, UpdateStats
 from marl.train.loss import grpo_loss
-from marl.train.objectives import grpo, policy_target  # noqa: F401  (importing registers them)
+from marl.train.objectives import (  # noqa: F401  (importing registers them)
+    grpo,
+    policy_target,
+    think_target,
+)
 from marl.train.runtime import LocalRuntime, RayRuntime, Runtime
 from marl.train.trainer import StepResult, Trainer, TrainingError
 

@@ -10,7 +10,8 @@ before the optimizer step) and the adapters' weights in and out.
 What an update does with those log-probs is an objective (:mod:`marl.train.objectives`),
 chosen from the config: the GRPO step (:mod:`marl.train.objectives.grpo`) or, with
 ``train.policy_target.eta > 0``, MMD's closed-form targets fitted by the model
-(:mod:`marl.train.objectives.policy_target`).
+(:mod:`marl.train.objectives.policy_target`; think roles:
+:mod:`marl.train.objectives.think_target`).
 
 The optimizer is a backend (:mod:`marl.train.optim`: torch AdamW or a DeepSpeed engine) behind a
 few calls, so each objective exists once whichever backend applies the update.
@@ -304,26 +305,36 @@ class Learner:
         ent = torch.stack([e.mean() for e in ents]) if want_ent else None
         return (*self._padded(items, per), ent)
 
-    def think_logp(self, items: list[TrainItem]):
-        """Per row: the reasoning tokens' log-probs, then ``log pi(choice | prompt,
-        reasoning)``; the entropy is the mean over those positions (vocabulary, then legal
-        actions)."""
-        want_ent = self.cfg.entropy > 0
+    def reasoned(self, items: list[TrainItem], entropy: bool = False):
+        """Per think decision, from one forward over its context: its reasoning tokens'
+        log-probs, their full-vocabulary entropies (when ``entropy``) and log pi over its legal
+        actions after the reasoning."""
         per, ents, scores = self.host.reasoned_stats(
             [it.prompt_ids for it in items],
             [it.completion_ids for it in items],
             [it.choice_prompt_ids for it in items],
             [it.candidate_ids for it in items],
             items[0].temperature,
-            entropy=want_ent,
+            entropy=entropy,
         )
+        dists = [
+            torch.log_softmax(s / scale_temperature(it.temperature), 0)
+            for it, s in zip(items, scores, strict=True)
+        ]
+        return per, ents, dists
+
+    def think_logp(self, items: list[TrainItem], reasoned: tuple | None = None):
+        """Per row: the reasoning tokens' log-probs, then ``log pi(choice | prompt,
+        reasoning)``, from ``reasoned`` (:meth:`reasoned`) when computed; the entropy, where
+        the reasoning's were computed, is the mean over those positions (vocabulary, then legal
+        actions)."""
+        per, ents, dists = reasoned or self.reasoned(items, self.cfg.entropy > 0)
         rows, ent = [], []
-        for i, (it, x, s) in enumerate(zip(items, per, scores, strict=True)):
-            lp = torch.log_softmax(s / scale_temperature(it.temperature), 0)
+        for i, (it, x, lp) in enumerate(zip(items, per, dists, strict=True)):
             rows.append(torch.cat([x, lp[it.choice : it.choice + 1]]))
-            if want_ent:
+            if ents:
                 ent.append(torch.cat([ents[i], -(lp.exp() * lp).sum()[None]]).mean())
-        return (*self._padded(items, rows), torch.stack(ent) if want_ent else None)
+        return (*self._padded(items, rows), torch.stack(ent) if ent else None)
 
     def _padded(self, items: list[TrainItem], rows: list[torch.Tensor]):
         """Right-padded ``[decisions, tokens]`` log-probs, the items' old ones and the mask."""

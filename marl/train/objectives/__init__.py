@@ -6,7 +6,10 @@ config) and turns a batch into one update.  Modules register theirs under a name
 
 - ``grpo`` (:mod:`.grpo`): the clipped GRPO step, with the mismatch correction, dual clip and
   magnet KL;
-- ``policy_target`` (:mod:`.policy_target`): MMD's closed-form targets, fitted by the model.
+- ``policy_target`` (:mod:`.policy_target`): MMD's closed-form targets, fitted by the model;
+  it hands batches of think decisions to
+- ``think_target`` (:mod:`.think_target`): the same targets for think-then-act roles, fitted
+  through the mixture over the sampled reasonings, the reasoning trained by the advantage.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Policy targets: magnetic mirror descent's step in closed form, then fitted by the model.
 
 The ``policy_target`` objective of the learner (``train.policy_target.eta > 0``, choice
-decoding).
+decoding; batches of think decisions go to :mod:`.think_target`, which reuses the pieces here:
+the action values, the closed form, :func:`fit` and :func:`accumulate`).
 
 For an information state s with legal actions a, the current policy pi, the magnet rho and
 action values Q(s, a) estimated from the batch (the mean return in reward units after playing
@@ -31,7 +32,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,7 +41,7 @@ import torch
 from marl.agents.policy import scale_temperature
 from marl.train.learner import Learner, TrainItem, UpdateStats
 from marl.train.loss import exact_kl
-from marl.train.objectives import register_objective
+from marl.train.objectives import OBJECTIVES, register_objective
 
 
 def action_values(
@@ -281,10 +282,11 @@ def state_key(it: TrainItem) -> tuple:
 
 
 @dataclass
-class _Batch:
+class TargetBatch:
     """One update's information states and what the fit gathers about them."""
 
     states: dict[tuple, TrainItem]  # a decision per state
+    members: dict[tuple, list[TrainItem]]  # every decision per state
     q: dict[Hashable, list[float]]  # action values per state
     by_adapter: dict[str, list[tuple]]
     rho: dict[tuple, torch.Tensor] = field(default_factory=dict)  # the magnet's log-probs
@@ -294,13 +296,26 @@ class _Batch:
     agent_norms: dict[str, float] = field(default_factory=dict)
     grad_norm: float = 0.0
 
+    def target(self, key: tuple, logp: torch.Tensor, eta: float, alpha: float) -> torch.Tensor:
+        """The state's target, made from the policy ``logp`` at its first scoring (the fit's
+        start), so that scoring is also the fit's first forward."""
+        if key not in self.targets:
+            lp = logp.detach().float()
+            r = self.rho[key].float() if key in self.rho else torch.zeros_like(lp)
+            q = torch.tensor(self.q[key], device=lp.device)
+            self.targets[key] = mmd_target(lp, r, q, eta, alpha)
+            if alpha > 0:
+                self.kl_magnet.append(float(exact_kl(lp, r)))
+            self.entropy.append(float(-(lp.exp() * lp).sum()))
+        return self.targets[key]
 
-def _batch(items: list[TrainItem]) -> _Batch:
+
+def target_batch(items: list[TrainItem]) -> TargetBatch:
     """The batch's distinct information states, their action values, grouped by adapter."""
     keys = [state_key(it) for it in items]
-    states: dict[tuple, TrainItem] = {}
+    members: dict[tuple, list[TrainItem]] = defaultdict(list)
     for key, it in zip(keys, items, strict=True):
-        states.setdefault(key, it)
+        members[key].append(it)
     q = action_values(
         keys,
         [it.choice for it in items],
@@ -309,9 +324,75 @@ def _batch(items: list[TrainItem]) -> _Batch:
         [it.action_values for it in items],
     )
     by_adapter: dict[str, list[tuple]] = defaultdict(list)
-    for key in states:
+    for key in members:
         by_adapter[key[0]].append(key)
-    return _Batch(states, q, by_adapter)
+    states = {key: group[0] for key, group in members.items()}
+    return TargetBatch(states, dict(members), q, by_adapter)
+
+
+def adam_fit(learner: Learner, loss: Callable[[bool], float], b: TargetBatch) -> Fit:
+    """:func:`fit` with the learner's optimizer from ``train.lr``, ``fit_steps`` steps; the
+    last step's gradient norm goes to ``b``."""
+
+    def step(lr: float) -> None:
+        learner.optimizer.set_lr(lr)
+        b.grad_norm = learner.optimizer.step()  # applies nothing when it is not finite
+
+    return fit(
+        loss, step, learner.weights, learner.load, learner.lr, learner.cfg.policy_target.fit_steps
+    )
+
+
+def target_stats(
+    b: TargetBatch, first: float, best: float, decisions: int, clip_frac: float = 0.0
+) -> UpdateStats:
+    """What a target update reports: ``first`` the KL before the fit (the step's size),
+    ``best`` after it (the fit's residual); skipped when the fit ended on no finite loss."""
+    n = len(b.states)
+    return UpdateStats(
+        first,
+        b.grad_norm,
+        b.agent_norms,
+        clip_frac,
+        0.0,
+        sum(b.entropy) / n,
+        decisions,
+        skipped=not math.isfinite(best),
+        kl_magnet=sum(b.kl_magnet) / n if b.kl_magnet else 0.0,
+        fit_residual=best,
+    )
+
+
+def accumulate(
+    learner: Learner,
+    b: TargetBatch,
+    grad: bool,
+    chunks: Callable[[list[tuple]], Iterable[Any]],
+    part: Callable[[Any], torch.Tensor],
+) -> float:
+    """A fit's loss at the current weights: the sum of ``part(chunk)`` (a scalar, computed in
+    the learner's precision with the chunk's adapter active) over the micro-batches
+    ``chunks(keys)`` of each adapter's states, its gradient accumulated when ``grad`` and each
+    adapter's gradient norm recorded in ``b``; inf when not finite."""
+    learner.optimizer.zero_grad()
+    total, finite = 0.0, True
+    with learner.training(grad):
+        for adapter, group in sorted(b.by_adapter.items()):
+            with (
+                learner.host.use(adapter),
+                torch.set_grad_enabled(grad),
+                learner.grad_tap() as tap,
+            ):
+                for chunk in chunks(group):
+                    with learner.compute():
+                        loss = part(chunk)
+                    finite = finite and bool(torch.isfinite(loss))
+                    if grad and finite:
+                        learner.optimizer.backward(loss)
+                    total += float(loss.detach())
+            if grad:
+                b.agent_norms[adapter] = math.sqrt(tap.squared_norm())
+    return total if finite else math.inf
 
 
 @register_objective("policy_target")
@@ -319,99 +400,59 @@ class PolicyTarget:
     """Targets for the batch's information states, then ``fit_steps`` steps on their mean
     KL(target || pi): the optimizer's (:func:`fit`: the best weights kept) or Gauss-Newton
     steps (:func:`gauss_newton_fit`); ``loss`` is the KL before the fit (the step's size),
-    ``fit_residual`` after."""
+    ``fit_residual`` after.  A batch of think decisions goes to the ``think_target``
+    objective (:mod:`.think_target`)."""
 
     def __init__(self, learner: Learner) -> None:
         self.learner, self.cfg = learner, learner.cfg.policy_target
+        self.think = OBJECTIVES["think_target"](learner)
 
     def update(self, items: list[TrainItem]) -> UpdateStats:
-        if any(it.kind != "choice" for it in items):
-            raise ValueError("policy targets need choice decoding")
+        kinds = {it.kind for it in items}
+        if kinds == {"think"}:
+            return self.think.update(items)
+        if kinds - {"choice"}:
+            raise ValueError(
+                f"policy targets take one learner's decisions in choice or in think decoding, "
+                f"got {sorted(kinds)}"
+            )
         learner = self.learner
-        b = _batch(items)
+        b = target_batch(items)
         if learner.cfg.magnet.alpha > 0:
             with torch.no_grad(), learner.compute():
                 for group in b.by_adapter.values():
                     states = [b.states[k] for k in group]
                     b.rho.update(zip(group, learner.magnet_logp(states), strict=True))
-
-        def step(lr: float) -> None:
-            learner.optimizer.set_lr(lr)
-            b.grad_norm = learner.optimizer.step()  # applies nothing when it is not finite
-
         if self.cfg.solver == "gauss_newton":
             result = self._gauss_newton(b, self._loss(b, False))
         else:
-            result = fit(
-                lambda grad: self._loss(b, grad),
-                step,
-                learner.weights,
-                learner.load,
-                learner.lr,
-                self.cfg.fit_steps,
-            )
+            result = adam_fit(learner, lambda grad: self._loss(b, grad), b)
+        return target_stats(b, result.first, result.best, len(items))
+
+    def _loss(self, b: TargetBatch, grad: bool) -> float:
+        """The mean KL(target || pi) over the states (see :func:`accumulate`)."""
         n = len(b.states)
-        return UpdateStats(
-            result.first,
-            b.grad_norm,
-            b.agent_norms,
-            0.0,
-            0.0,
-            sum(b.entropy) / n,
-            len(items),
-            skipped=not math.isfinite(result.best),
-            kl_magnet=sum(b.kl_magnet) / n if b.kl_magnet else 0.0,
-            fit_residual=result.best,
+
+        def part(chunk: list[TrainItem]) -> torch.Tensor:
+            dists = self.learner.choice_dists(chunk)
+            kls = [
+                target_kl(lp.float(), self._target(b, it, lp))
+                for it, lp in zip(chunk, dists, strict=True)
+            ]
+            return torch.stack(kls).sum() / n
+
+        return accumulate(
+            self.learner,
+            b,
+            grad,
+            lambda keys: self.learner.chunks([b.states[k] for k in keys]),
+            part,
         )
 
-    def _target(self, b: _Batch, key: tuple, logp: torch.Tensor) -> torch.Tensor:
-        """The state's target, made from the policy at its first scoring (the fit's start),
-        so that scoring is also the fit's first forward."""
-        if key not in b.targets:
-            alpha = self.learner.cfg.magnet.alpha
-            lp = logp.detach().float()
-            r = b.rho[key].float() if key in b.rho else torch.zeros_like(lp)
-            q = torch.tensor(b.q[key], device=lp.device)
-            b.targets[key] = mmd_target(lp, r, q, self.cfg.eta, alpha)
-            if alpha > 0:
-                b.kl_magnet.append(float(exact_kl(lp, r)))
-            b.entropy.append(float(-(lp.exp() * lp).sum()))
-        return b.targets[key]
+    def _target(self, b: TargetBatch, it: TrainItem, logp: torch.Tensor) -> torch.Tensor:
+        return b.target(state_key(it), logp, self.cfg.eta, self.learner.cfg.magnet.alpha)
 
-    def _loss(self, b: _Batch, grad: bool) -> float:
-        """The mean KL(target || pi) over the states (its gradient accumulated when
-        ``grad``, and each adapter's gradient norm recorded); inf when not finite."""
-        learner, n = self.learner, len(b.states)
-        learner.optimizer.zero_grad()
-        total, finite = 0.0, True
-        with learner.training(grad):
-            for adapter, group in sorted(b.by_adapter.items()):
-                with (
-                    learner.host.use(adapter),
-                    torch.set_grad_enabled(grad),
-                    learner.grad_tap() as tap,
-                ):
-                    for chunk in learner.chunks([b.states[k] for k in group]):
-                        with learner.compute():
-                            dists = learner.choice_dists(chunk)
-                            part = (
-                                torch.stack(
-                                    [
-                                        target_kl(lp.float(), self._target(b, state_key(it), lp))
-                                        for it, lp in zip(chunk, dists, strict=True)
-                                    ]
-                                ).sum()
-                                / n
-                            )
-                        finite = finite and bool(torch.isfinite(part))
-                        if grad and finite:
-                            learner.optimizer.backward(part)
-                        total += float(part.detach())
-                if grad:
-                    b.agent_norms[adapter] = math.sqrt(tap.squared_norm())
-        return total if finite else math.inf
-
-    def _gauss_newton(self, b: _Batch, first: float) -> Fit:
+    def _gauss_newton(self, b: TargetBatch, first: float) -> Fit:
         """Per adapter, ``fit_steps`` Gauss-Newton steps of its states' logit differences
         (``log pi(a) - log pi(a_0)``) towards the targets' (:func:`gauss_newton_fit`), from
         the KL ``first`` at the start."""

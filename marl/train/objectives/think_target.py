@@ -1,0 +1,201 @@
+"""Policy targets for think-then-act roles: the reasoning as a latent of the move.
+
+The ``think_target`` objective, which ``policy_target`` hands batches of think decisions
+(``train.policy_target.eta > 0``, ``decoding.mode: think``).
+
+A think role writes a reasoning z, then chooses a move after it, so its policy over the moves
+at an information state s (the prompt without the reasoning) integrates the reasoning out:
+
+    pi(a | s) = E_{z ~ pi(z | s)} pi(a | s, z)  ~  (1/m) sum_j pi(a | s, z_j)
+
+over the m reasonings z_j sampled at s in the batch.  MMD's target for s is made from that
+mixture exactly as for a choice role (:mod:`.policy_target`: the same action values Q(s, a)
+from the batch, the same closed form), with the magnet's move distribution after the same
+reasonings as rho(a | s) (the magnet's own reasonings are not sampled, and importance weights
+over a whole reasoning would be as noisy as it is long).  Each update then takes ``fit_steps``
+optimizer steps, keeping the best weights seen (:func:`.policy_target.fit`), on
+
+    L = mean_s KL(pi_target_s || (1/m_s) sum_j pi_theta(. | s, z_j))
+        + w * sum_{j, t} -min(r_jt A_j, clip(r_jt, 1 - eps_low, 1 + eps_high) A_j) / T
+    A_j  = Q(s, a_j) - V(s),    V(s) = (1/m_s) sum_i Q(s, a_i)
+    r_jt = pi_theta(z_jt | s, z_j<t) / pi_old(z_jt | s, z_j<t)
+
+(w: ``train.policy_target.reasoning_weight``; T: the batch's reasoning tokens; a move taken
+after reasoning j is a_j).  The first term fits the moves: only the mixture has to match the
+target, not each pi(. | s, z_j), so reasonings may specialise (one that names a strong card can
+bet while another checks) and the move after a reasoning is free to depend on what it says;
+a per-(s, z) KL would pull every reasoning's move to the same table and leave the reasoning
+nothing to decide.  The second trains the reasoning tokens by the decision's advantage
+(GRPO's clipped surrogate against the sampling-time log-probs, so the ``fit_steps`` steps on it
+are bounded as PPO's epochs are); the move's own token is left to the first term.  With
+``train.entropy`` the reasoning tokens' entropy bonus is added as in GRPO.
+
+A state's decisions are scored in one micro-batch (its mixture needs every reasoning in one
+graph), so a state with more than ``train.learner.micro_batch`` decisions takes one alone.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import torch
+
+from marl.train.learner import Learner, TrainItem, UpdateStats, magnet_adapter
+from marl.train.loss import LossParts, grpo_loss
+from marl.train.objectives import register_objective
+from marl.train.objectives.policy_target import (
+    TargetBatch,
+    accumulate,
+    adam_fit,
+    state_key,
+    target_batch,
+    target_kl,
+    target_stats,
+)
+
+State = list[TrainItem]  # the decisions of one information state, one per sampled reasoning
+
+
+def mixture(dists: list[torch.Tensor]) -> torch.Tensor:
+    """log (1/m) sum_j pi_j over the last axis, from m log-distributions over one action set."""
+    return torch.logsumexp(torch.stack([d.float() for d in dists]), 0) - math.log(len(dists))
+
+
+def mixtures(states: list[State], dists: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Each state's mixture (:func:`mixture`), ``dists`` holding its decisions' in order."""
+    out, i = [], 0
+    for s in states:
+        out.append(mixture(dists[i : i + len(s)]))
+        i += len(s)
+    return out
+
+
+def state_chunks(states: list[State], size: int) -> list[list[State]]:
+    """The states packed into micro-batches of at most ``size`` decisions, a state never split:
+    one with more decisions than ``size`` takes a micro-batch alone."""
+    chunks: list[list[State]] = []
+    count = 0
+    for s in states:
+        if not chunks or count + len(s) > size:
+            chunks.append([])
+            count = 0
+        chunks[-1].append(s)
+        count += len(s)
+    return chunks
+
+
+def reasoning_advantages(b: TargetBatch) -> None:
+    """Every decision's advantage made Q(s, a) - V(s) from the batch's action values, V(s) the
+    mean of Q(s, a) over the state's decisions: the advantage of the reasoning that led to a."""
+    for key, group in b.members.items():
+        q = b.q[key]
+        v = sum(q[it.choice] for it in group) / len(group)
+        b.members[key] = [replace(it, advantage=q[it.choice] - v) for it in group]
+
+
+@dataclass
+class Reasoning:
+    """A micro-batch's reasoning term: its loss parts (averaged over its reasoning tokens) and
+    how many tokens it averaged."""
+
+    parts: LossParts
+    mask_tokens: float
+
+
+@dataclass
+class Evaluation:
+    """One evaluation of the loss: its total, the moves' mean KL to the targets, the reasoning
+    term (before its weight) and the fraction of reasoning tokens the clip cut."""
+
+    total: float
+    kl: float = 0.0
+    reasoning: float = 0.0
+    clip_frac: float = 0.0
+
+
+@register_objective("think_target")
+class ThinkTarget:
+    """MMD's targets for the moves of think decisions, fitted through the mixture over the
+    sampled reasonings, with a policy-gradient term on the reasoning tokens (module
+    docstring); ``loss`` is the KL before the fit, ``fit_residual`` at the weights kept,
+    ``clip_frac`` the reasoning tokens'."""
+
+    def __init__(self, learner: Learner) -> None:
+        self.learner, self.cfg = learner, learner.cfg.policy_target
+
+    def update(self, items: list[TrainItem]) -> UpdateStats:
+        if any(it.kind != "think" for it in items):
+            raise ValueError("think targets need think decoding")
+        if self.cfg.solver != "adam":
+            raise ValueError("think targets are fitted by solver adam, not gauss_newton")
+        b = self.batch(items)
+        seen: list[Evaluation] = []
+
+        def loss(grad: bool) -> float:
+            seen.append(self.evaluate(b, grad))
+            return seen[-1].total
+
+        result = adam_fit(self.learner, loss, b)
+        kept = next((e for e in seen if e.total == result.best), seen[0])
+        best = kept.kl if math.isfinite(result.best) else math.inf
+        return target_stats(b, seen[0].kl, best, len(items), kept.clip_frac)
+
+    def batch(self, items: list[TrainItem]) -> TargetBatch:
+        """The batch's states with their action values, reasoning advantages and (with a
+        magnet) the magnet's mixtures."""
+        b = target_batch(items)
+        reasoning_advantages(b)
+        if self.learner.cfg.magnet.alpha > 0:
+            with torch.no_grad(), self.learner.compute():
+                for adapter, group in b.by_adapter.items():
+                    with self.learner.host.use(magnet_adapter(adapter)):
+                        for chunk in self._chunks(b, group):
+                            dists = self.learner.reasoned([it for s in chunk for it in s])[2]
+                            keys = [state_key(s[0]) for s in chunk]
+                            b.rho.update(zip(keys, mixtures(chunk, dists), strict=True))
+        return b
+
+    def _chunks(self, b: TargetBatch, keys: list[tuple]) -> list[list[State]]:
+        return state_chunks([b.members[k] for k in keys], self.learner.cfg.learner.micro_batch)
+
+    def evaluate(self, b: TargetBatch, grad: bool) -> Evaluation:
+        """The loss at the current weights (its gradient accumulated when ``grad``; see
+        :func:`.policy_target.accumulate`); a total of inf when not finite."""
+        n = len(b.members)
+        tokens = max(1, sum(len(it.completion_ids) for s in b.members.values() for it in s))
+        out = Evaluation(0.0)
+
+        def part(chunk: list[State]) -> torch.Tensor:
+            kl, reasoning = self._chunk_loss(b, chunk)
+            share = reasoning.mask_tokens / tokens
+            out.kl += float(kl.detach()) / n
+            out.reasoning += float(reasoning.parts.loss.detach()) * share
+            out.clip_frac += reasoning.parts.clip_frac * share
+            return kl / n + self.cfg.reasoning_weight * share * reasoning.parts.loss
+
+        out.total = accumulate(self.learner, b, grad, lambda keys: self._chunks(b, keys), part)
+        return out
+
+    def _chunk_loss(self, b: TargetBatch, chunk: list[State]) -> tuple[torch.Tensor, Reasoning]:
+        """The summed KL of the chunk's states' mixtures to their targets, and the clipped
+        surrogate of its reasoning tokens (averaged over them)."""
+        learner, alpha = self.learner, self.learner.cfg.magnet.alpha
+        items = [it for s in chunk for it in s]
+        reasoned = learner.reasoned(items, learner.cfg.entropy > 0)
+        kls = [
+            target_kl(mix, b.target(state_key(s[0]), mix, self.cfg.eta, alpha))
+            for s, mix in zip(chunk, mixtures(chunk, reasoned[2]), strict=True)
+        ]
+        logp, old, mask, _ = learner.think_logp(items, (reasoned[0], [], reasoned[2]))
+        for row, it in enumerate(items):  # the move: fitted by the KL, not reinforced
+            mask[row, len(it.completion_ids)] = 0
+        ent = None
+        if reasoned[1]:
+            ent = torch.stack([e.mean() if len(e) else e.new_zeros(()) for e in reasoned[1]])
+        adv = torch.tensor([it.advantage for it in items], device=logp.device)
+        cfg = learner.cfg
+        parts = grpo_loss(
+            logp, old, adv, mask, cfg.clip_low, cfg.clip_high, entropy=ent, entropy_coef=cfg.entropy
+        )
+        return torch.stack(kls).sum(), Reasoning(parts, float(mask.sum()))

@@ -1,0 +1,219 @@
+"""Policy targets for think roles (marl.train.objectives.think_target): the loss against a hand
+computation of the mixture over reasonings, the fit of that mixture, the reasoning term, the
+config's checks and training runs on the tiny model."""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+
+import pytest
+import torch
+from test_magnet import KUHN, _learner, _perturbed
+
+from helpers import build_tiny_host, tiny_smoke, tiny_team, train_config
+from marl.agents.host import ModelHost
+from marl.agents.host.generation import THINK_SEPARATOR
+from marl.config import ConfigError, load_config_text
+from marl.train.learner import Learner, TrainItem, magnet_adapter
+from marl.train.objectives.think_target import ThinkTarget
+from marl.train.trainer import Trainer
+
+T = 0.25  # and the adapter perturbed: the moves after different reasonings differ
+TARGET = "  advantage_scale: none\n  policy_target: {eta: 1.0, fit_steps: 3}\n"
+THINK = "decoding: {mode: think, think_tokens: 4, temperature: 1.5}"
+
+
+def _host() -> ModelHost:
+    host = build_tiny_host("red", perturb=True)
+    host.set_adapter_weights("red", _perturbed(host.adapter_weights("red"), 1))
+    return host
+
+
+def _think_items(host: ModelHost, states: int = 3, per_state: int = 3) -> list[TrainItem]:
+    """Think decisions: ``per_state`` random reasonings at each of ``states`` prompts, the
+    sampling-time log-probs the current policy's minus 0.1 per reasoning token (a ratio of
+    e^0.1, inside the clip) and minus a different amount per move (which the reasoning term
+    must leave out)."""
+    rng = random.Random(0)
+    sep = host.text_ids(THINK_SEPARATOR)
+    items = []
+    for s in range(states):
+        prompt = [rng.randrange(3, 200) for _ in range(5)]
+        cands = [[rng.randrange(3, 200) for _ in range(2)] for _ in range(3)]
+        for j in range(per_state):
+            z = [rng.randrange(3, 200) for _ in range(rng.randint(2, 4))]
+            items.append(
+                TrainItem(
+                    adapter="red",
+                    agent=f"seat{(s + j) % 2}",
+                    prompt_ids=prompt,
+                    completion_ids=z,
+                    old_logprobs=[],
+                    advantage=rng.uniform(-1, 1),
+                    candidate_ids=cands,
+                    choice=rng.randrange(3),
+                    choice_prompt_ids=prompt + z + sep,
+                    temperature=T,
+                )
+            )
+    reasoning, moves = _direct(host, items, "red")
+    for k, (it, r, m) in enumerate(zip(items, reasoning, moves, strict=True)):
+        it.old_logprobs = [*(r - 0.1).tolist(), float(m[it.choice]) - 0.05 * k]
+    return items
+
+
+def _direct(host: ModelHost, items: list[TrainItem], adapter: str):
+    """Each decision's reasoning-token log-probs and its move distribution after the
+    reasoning, by the plain scoring calls (not the learner's one-pass ``reasoned``)."""
+    with torch.no_grad(), host.use(adapter):
+        reasoning = host.sequence_logprobs(
+            [it.prompt_ids for it in items], [it.completion_ids for it in items], T
+        )
+        scores = host.candidate_scores(
+            [it.choice_prompt_ids for it in items], [it.candidate_ids for it in items]
+        )
+    return reasoning, [torch.log_softmax(s / T, 0) for s in scores]
+
+
+def _by_state(items: list[TrainItem]) -> dict[tuple, list[int]]:
+    out: dict[tuple, list[int]] = {}
+    for i, it in enumerate(items):
+        out.setdefault(tuple(it.prompt_ids), []).append(i)
+    return out
+
+
+def _hand_q(items: list[TrainItem]) -> dict[tuple, list[float]]:
+    """Mean advantage per (state, action); an action not played: the state's mean."""
+    q = {}
+    for key, rows in _by_state(items).items():
+        mean = sum(items[i].advantage for i in rows) / len(rows)
+        played = [[items[i].advantage for i in rows if items[i].choice == a] for a in range(3)]
+        q[key] = [sum(p) / len(p) if p else mean for p in played]
+    return q
+
+
+def _hand_targets(host, items, eta, alpha) -> dict[tuple, list[float]]:
+    """pi_T(a) ~ [pibar(a) rhobar(a)^(alpha eta) exp(eta Q(a))]^(1 / (1 + alpha eta)), pibar and
+    rhobar the plain means of the probabilities after each sampled reasoning."""
+    _, pi = _direct(host, items, "red")
+    _, rho = _direct(host, items, magnet_adapter("red"))
+    q, out = _hand_q(items), {}
+    for key, rows in _by_state(items).items():
+        pbar = [sum(math.exp(pi[i][a]) for i in rows) / len(rows) for a in range(3)]
+        rbar = [sum(math.exp(rho[i][a]) for i in rows) / len(rows) for a in range(3)]
+        raw = [
+            (p * r ** (alpha * eta) * math.exp(eta * v)) ** (1 / (1 + alpha * eta))
+            for p, r, v in zip(pbar, rbar, q[key], strict=True)
+        ]
+        out[key] = [x / sum(raw) for x in raw]
+    return out
+
+
+def _hand_kl(host, items, targets) -> float:
+    """mean_s KL(target_s || pibar_s), pibar the current policy's mixture."""
+    _, pi = _direct(host, items, "red")
+    kls = []
+    for key, rows in _by_state(items).items():
+        pbar = [sum(math.exp(pi[i][a]) for i in rows) / len(rows) for a in range(3)]
+        kls.append(sum(t * math.log(t / p) for t, p in zip(targets[key], pbar, strict=True)))
+    return sum(kls) / len(kls)
+
+
+def _learner_with_magnet(host: ModelHost, **target) -> Learner:
+    learner = Learner(
+        train_config(lr=0.05, magnet={"alpha": 0.5}, policy_target={"eta": 2.0, **target}),
+        host,
+        ["red"],
+    )
+    learner.set_magnet({"red": _perturbed(host.adapter_weights("red"), 4)})
+    return learner
+
+
+def test_the_loss_is_the_mixture_s_kl_plus_the_reasoning_term_by_hand() -> None:
+    """KL(target || mean_z pi(.|s, z)) with MMD's target of the mixture, plus w times the
+    clipped surrogate of the reasoning tokens alone (ratio e^0.1, advantage Q(s, a) - V(s))."""
+    host = _host()
+    items = _think_items(host)
+    learner = _learner_with_magnet(host, reasoning_weight=0.7)
+    objective = ThinkTarget(learner)
+    got = objective.evaluate(objective.batch(items), grad=False)
+
+    want_kl = _hand_kl(host, items, _hand_targets(host, items, 2.0, 0.5))
+    q, surrogate, tokens = _hand_q(items), 0.0, 0
+    for key, rows in _by_state(items).items():
+        v = sum(q[key][items[i].choice] for i in rows) / len(rows)
+        for i in rows:
+            adv = q[key][items[i].choice] - v
+            surrogate -= math.exp(0.1) * adv * len(items[i].completion_ids)
+            tokens += len(items[i].completion_ids)
+    assert got.kl > 1e-3
+    assert got.kl == pytest.approx(want_kl, rel=1e-4)
+    assert got.reasoning == pytest.approx(surrogate / tokens, rel=1e-4, abs=1e-6)
+    assert got.total == pytest.approx(want_kl + 0.7 * surrogate / tokens, rel=1e-4, abs=1e-6)
+    assert got.clip_frac == 0.0
+
+
+def test_the_fit_lowers_the_kl_of_the_mixture() -> None:
+    host = _host()
+    items = _think_items(host)
+    learner = _learner_with_magnet(host, fit_steps=20, reasoning_weight=0.0)
+    targets = _hand_targets(host, items, 2.0, 0.5)
+    before = _hand_kl(host, items, targets)
+    stats = learner.update(items)
+    assert stats.loss == pytest.approx(before, rel=1e-4)
+    assert stats.fit_residual is not None and stats.fit_residual < 0.5 * before
+    assert _hand_kl(host, items, targets) == pytest.approx(stats.fit_residual, rel=1e-4)
+
+
+def test_the_reasoning_term_raises_the_reasonings_of_positive_advantage() -> None:
+    """With the targets at the policy (eta ~ 0) only the reasoning term moves the weights:
+    sum_j A_j (log pi(z_j) after - before) > 0, where A_j = Q(s, a_j) - V(s)."""
+    host = _host()
+    items = _think_items(host)
+    learner = Learner(
+        train_config(lr=0.01, policy_target={"eta": 1e-6, "fit_steps": 3}), host, ["red"]
+    )
+    adv = [it.advantage for s in ThinkTarget(learner).batch(items).members.values() for it in s]
+    order = [it for s in _by_state(items).values() for it in (items[i] for i in s)]
+    before = [float(r.sum()) for r in _direct(host, order, "red")[0]]
+    learner.update(items)
+    after = [float(r.sum()) for r in _direct(host, order, "red")[0]]
+    moved = sum(a * (y - x) for a, x, y in zip(adv, before, after, strict=True))
+    assert moved > 1e-3
+
+
+def test_free_text_is_refused_and_think_accepted() -> None:
+    text = tiny_team("kuhn_poker", KUHN + TARGET)
+    with pytest.raises(ConfigError, match="write free text; they need decoding.mode: choice or"):
+        load_config_text(text.replace("decoding: {mode: choice}", "decoding: {mode: free}"))
+    think = text.replace("decoding: {mode: choice}", THINK)
+    assert load_config_text(think).roles[0].decoding.mode == "think"
+    with pytest.raises(ConfigError, match="gauss_newton fits choice roles only"):
+        load_config_text(think.replace("fit_steps: 3}", "fit_steps: 3, solver: gauss_newton}"))
+
+
+def test_a_think_role_trains_with_targets_and_logs_the_fit(tmp_path: Path) -> None:
+    train = KUHN.replace("steps: 4", "steps: 2").replace("lr: 0.05", "lr: 0.005")
+    text = tiny_team("kuhn_poker", train + TARGET + "  magnet: {alpha: 0.5, every: 2}\n")
+    tr = Trainer(load_config_text(text.replace("decoding: {mode: choice}", THINK)), tmp_path)
+    start = tr.runtime.weights()["player"]
+    hist = tr.fit()
+    assert [h["step"] for h in hist] == [1, 2]
+    for h in hist:
+        s = _learner(h)
+        assert s["loss"] > 0 and s["fit_residual"] <= s["loss"]
+        assert "kl_to_magnet" in s and 0.0 <= s["clip_frac"] <= 1.0
+    end = tr.runtime.weights()["player"]
+    assert any(not torch.equal(start[k], end[k]) for k in start)
+
+
+def test_the_kuhn_think_target_recipe_runs_on_the_tiny_model(tmp_path: Path) -> None:
+    cfg = tiny_smoke("configs/kuhn_think_target.yaml")
+    cfg = cfg.replace(train=cfg.train.replace(groups_per_step=8))  # states seen twice: a signal
+    assert cfg.roles[0].decoding.mode == "think" and cfg.train.policy_target.eta > 0
+    hist = Trainer(cfg, tmp_path / "run").fit()
+    assert [h["step"] for h in hist] == [1, 2]
+    assert all(_learner(h)["fit_residual"] <= _learner(h)["loss"] for h in hist)
+    assert math.isfinite(hist[-1]["eval"]["exploitability"])  # eval_every 3: the last step
