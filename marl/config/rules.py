@@ -217,8 +217,8 @@ def branch_needs_game(cfg: TeamConfig) -> list[PathProblem]:
 
 def targets_need_scored_moves(cfg: TeamConfig) -> list[PathProblem]:
     """Policy targets are distributions over the legal actions: the trained roles score them
-    (choice decoding, or think: after a reasoning), all one way, and the Gauss-Newton solver
-    fits choice roles only."""
+    (choice decoding, or think: after a reasoning), all one way (either solver, adam or
+    gauss_newton, fits both)."""
     if cfg.train is None or not cfg.train.policy_target.eta > 0:
         return []
     trained = [r for r in cfg.roles if r.name in set(trained_roles(cfg))]
@@ -239,14 +239,6 @@ def targets_need_scored_moves(cfg: TeamConfig) -> list[PathProblem]:
                 path,
                 "train.policy_target fits choice and think roles apart: train roles of one "
                 "decoding.mode (choice or think) in a run",
-            )
-        ]
-    if "think" in modes and cfg.train.policy_target.solver == "gauss_newton":
-        return [
-            (
-                ("train", "policy_target", "solver"),
-                "train.policy_target.solver gauss_newton fits choice roles only: think roles "
-                "are fitted through the mixture over their reasonings by solver adam",
             )
         ]
     return []

@@ -211,7 +211,8 @@ class PolicyTargetConfig(StrictModel):
         description="adam: the learner's optimizer at train.lr, halved after a step that does not "
         "lower the KL, ending on the best weights; gauss_newton: least-norm steps that move each "
         "state's logit differences to the targets' to first order, whatever the features share "
-        "(the torch learner backend; choice roles only).",
+        "(the torch learner backend; think roles: the logit differences of the mixture over the "
+        "sampled reasonings, then one optimizer step on the whole loss if reasoning_weight > 0).",
     )
     reasoning_weight: Float = Field(
         1.0,

@@ -2,7 +2,8 @@
 
 The ``policy_target`` objective of the learner (``train.policy_target.eta > 0``, choice
 decoding; batches of think decisions go to :mod:`.think_target`, which reuses the pieces here:
-the action values, the closed form, :func:`fit` and :func:`accumulate`).
+the action values, the closed form, :func:`fit`, :func:`accumulate` and the Gauss-Newton
+solver, :func:`adapter_gauss_newton` and :func:`difference_jacobian`).
 
 For an information state s with legal actions a, the current policy pi, the magnet rho and
 action values Q(s, a) estimated from the batch (the mean return in reward units after playing
@@ -42,6 +43,9 @@ from marl.agents.policy import scale_temperature
 from marl.train.learner import Learner, TrainItem, UpdateStats
 from marl.train.loss import exact_kl
 from marl.train.objectives import OBJECTIVES, register_objective
+
+#: A linearisation: Jacobian rows ([K, P]) and their residuals (targets minus values, [K]).
+Linearised = tuple[torch.Tensor, torch.Tensor]
 
 
 def action_values(
@@ -241,7 +245,7 @@ def shift(params: list[torch.nn.Parameter], delta: torch.Tensor) -> None:
 
 
 def gauss_newton_fit(
-    linearise: Callable[[], tuple[torch.Tensor, torch.Tensor]],
+    linearise: Callable[[], Linearised],
     params: list[torch.nn.Parameter],
     loss: Callable[[], float],
     ridge: float,
@@ -273,6 +277,31 @@ def gauss_newton_fit(
             break
         best = losses[i]
         shift(params, delta / 2**i)
+    return Fit(first, best)
+
+
+def adapter_gauss_newton(
+    learner: Learner,
+    b: TargetBatch,
+    rows: Callable[[list[tuple], list[torch.nn.Parameter]], Iterable[Linearised]],
+    loss: Callable[[], float],
+    first: float,
+) -> Fit:
+    """Per adapter, ``fit_steps`` steps of :func:`gauss_newton_fit` on its states' Jacobian
+    and residuals (``rows(keys, params)``'s parts, stacked; computed with the adapter
+    active), from the ``loss()`` ``first`` at the start."""
+    cfg, best = learner.cfg.policy_target, first
+    for adapter, group in sorted(b.by_adapter.items()):
+        params = learner.adapter_params[adapter]
+
+        def linearise(
+            adapter: str = adapter, group: list[tuple] = group, params: list = params
+        ) -> Linearised:
+            with learner.host.use(adapter):
+                parts = list(rows(group, params))
+            return torch.cat([j for j, _ in parts]), torch.cat([r for _, r in parts])
+
+        best = gauss_newton_fit(linearise, params, loss, cfg.ridge, cfg.fit_steps, best).best
     return Fit(first, best)
 
 
@@ -330,17 +359,18 @@ def target_batch(items: list[TrainItem]) -> TargetBatch:
     return TargetBatch(states, dict(members), q, by_adapter)
 
 
-def adam_fit(learner: Learner, loss: Callable[[bool], float], b: TargetBatch) -> Fit:
-    """:func:`fit` with the learner's optimizer from ``train.lr``, ``fit_steps`` steps; the
-    last step's gradient norm goes to ``b``."""
+def adam_fit(
+    learner: Learner, loss: Callable[[bool], float], b: TargetBatch, steps: int | None = None
+) -> Fit:
+    """:func:`fit` with the learner's optimizer from ``train.lr``, ``steps`` steps (default
+    ``fit_steps``); the last step's gradient norm goes to ``b``."""
 
     def step(lr: float) -> None:
         learner.optimizer.set_lr(lr)
         b.grad_norm = learner.optimizer.step()  # applies nothing when it is not finite
 
-    return fit(
-        loss, step, learner.weights, learner.load, learner.lr, learner.cfg.policy_target.fit_steps
-    )
+    steps = learner.cfg.policy_target.fit_steps if steps is None else steps
+    return fit(loss, step, learner.weights, learner.load, learner.lr, steps)
 
 
 def target_stats(
@@ -453,33 +483,14 @@ class PolicyTarget:
         return b.target(state_key(it), logp, self.cfg.eta, self.learner.cfg.magnet.alpha)
 
     def _gauss_newton(self, b: TargetBatch, first: float) -> Fit:
-        """Per adapter, ``fit_steps`` Gauss-Newton steps of its states' logit differences
-        (``log pi(a) - log pi(a_0)``) towards the targets' (:func:`gauss_newton_fit`), from
-        the KL ``first`` at the start."""
-        best = first
-        for adapter, group in sorted(b.by_adapter.items()):
-            params = self.learner.adapter_params[adapter]
+        """Gauss-Newton steps of the states' logit differences (``log pi(a) - log pi(a_0)``)
+        towards the targets' (:func:`adapter_gauss_newton`), from the KL ``first``."""
 
-            def linearise(
-                adapter: str = adapter, group: list[tuple] = group, params: list = params
-            ) -> tuple[torch.Tensor, torch.Tensor]:
-                jac, residual = [], []
-                with self.learner.host.use(adapter):
-                    for chunk in self.learner.chunks([b.states[k] for k in group]):
-                        j, r = state_jacobian(self.learner, chunk, params, b.targets)
-                        jac.append(j)
-                        residual.append(r)
-                return torch.cat(jac), torch.cat(residual)
+        def rows(group: list[tuple], params: list[torch.nn.Parameter]) -> Iterable[Linearised]:
+            for chunk in self.learner.chunks([b.states[k] for k in group]):
+                yield state_jacobian(self.learner, chunk, params, b.targets)
 
-            best = gauss_newton_fit(
-                linearise,
-                params,
-                lambda: self._loss(b, False),
-                self.cfg.ridge,
-                self.cfg.fit_steps,
-                best,
-            ).best
-        return Fit(first, best)
+        return adapter_gauss_newton(self.learner, b, rows, lambda: self._loss(b, False), first)
 
 
 def state_jacobian(
@@ -487,7 +498,7 @@ def state_jacobian(
     chunk: list[TrainItem],
     params: list[torch.nn.Parameter],
     targets: dict[tuple, torch.Tensor],
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> Linearised:
     """The logit differences of ``chunk``'s states (distinct), on ``learner``'s host: their
     Jacobian over ``params`` ([rows, P], a row per (state, action > 0)) and their residuals to
     the targets.  The states are scored without shared work, so one backward pass per action
@@ -503,15 +514,28 @@ def state_jacobian(
         torch.log_softmax(s.float() / scale_temperature(it.temperature), 0)
         for it, s in zip(chunk, scores, strict=True)
     ]
+    return difference_jacobian(dists, [targets[state_key(it)] for it in chunk], params, rows)
+
+
+def difference_jacobian(
+    dists: list[torch.Tensor],
+    targets: list[torch.Tensor],
+    params: list[torch.nn.Parameter],
+    rows: RowGrads,
+) -> Linearised:
+    """Unit k's logit differences ``dists[k][a] - dists[k][0]``, a >= 1 (``dists``: log pi
+    over each unit's actions, in the graph of forwards that ``rows`` watched with unit k's
+    activations its own): their Jacobian over ``params`` ([rows, P], a row per (unit, a),
+    units in order) from one backward pass per action index, and their residuals to the
+    ``targets``' (log-probs, in the same order)."""
     width = max(len(d) for d in dists)
     per_action = []
     for a in range(1, width):
         total = sum(d[a] - d[0] for d in dists if len(d) > a)
         torch.autograd.grad(total, params, retain_graph=a < width - 1, allow_unused=True)
         per_action.append(rows.take())
-    jac, residual = [], []
-    for k, (it, d) in enumerate(zip(chunk, dists, strict=True)):
-        t = targets[state_key(it)]
-        jac.extend(per_action[a - 1][k] for a in range(1, len(d)))
-        residual.append((t[1:] - t[0]) - (d[1:] - d[0]).detach())
+    jac = [per_action[a - 1][k] for k, d in enumerate(dists) for a in range(1, len(d))]
+    residual = [
+        (t[1:] - t[0]) - (d[1:] - d[0]).detach() for d, t in zip(dists, targets, strict=True)
+    ]
     return torch.stack(jac), torch.cat(residual)

@@ -12,8 +12,7 @@ over the m reasonings z_j sampled at s in the batch.  MMD's target for s is made
 mixture exactly as for a choice role (:mod:`.policy_target`: the same action values Q(s, a)
 from the batch, the same closed form), with the magnet's move distribution after the same
 reasonings as rho(a | s) (the magnet's own reasonings are not sampled, and importance weights
-over a whole reasoning would be as noisy as it is long).  Each update then takes ``fit_steps``
-optimizer steps, keeping the best weights seen (:func:`.policy_target.fit`), on
+over a whole reasoning would be as noisy as it is long).  The loss is
 
     L = mean_s KL(pi_target_s || (1/m_s) sum_j pi_theta(. | s, z_j))
         + w * sum_{j, t} -min(r_jt A_j, clip(r_jt, 1 - eps_low, 1 + eps_high) A_j) / T
@@ -30,6 +29,25 @@ nothing to decide.  The second trains the reasoning tokens by the decision's adv
 are bounded as PPO's epochs are); the move's own token is left to the first term.  With
 ``train.entropy`` the reasoning tokens' entropy bonus is added as in GRPO.
 
+The solver (``train.policy_target.solver``) fits it in one of two ways:
+
+- ``adam``: ``fit_steps`` optimizer steps on L, keeping the best weights seen
+  (:func:`.policy_target.fit`).
+- ``gauss_newton``: ``fit_steps`` damped Gauss-Newton steps
+  (:func:`.policy_target.gauss_newton_fit`, its line search on the KL term alone) on the
+  mixture's logit differences
+
+      f_s(a) = log pibar(a | s) - log pibar(a_0 | s),  a >= 1,
+      pibar(. | s) = (1/m_s) sum_j softmax(scores(. | s, z_j) / tau)
+
+  (tau: the sampling temperature) towards the target's; then, with w > 0, one optimizer step
+  on the whole L (the better weights kept), so the reasoning still learns from the advantage
+  while the KL holds the moves near their targets.  The Jacobian of f takes one backward
+  pass per action index (:class:`.policy_target.RowGrads`): each state's distinct contexts
+  (prompt, reasoning, separator) are scored once with no work shared between them, every
+  batch row of them counting as the state's, and a reasoning sampled twice weighs twice in
+  pibar.
+
 A state's decisions are scored in one micro-batch (its mixture needs every reasoning in one
 graph), so a state with more than ``train.learner.micro_batch`` decisions takes one alone.
 """
@@ -37,17 +55,23 @@ graph), so a state with more than ``train.learner.micro_batch`` decisions takes 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 import torch
 
+from marl.agents.policy import scale_temperature
 from marl.train.learner import Learner, TrainItem, UpdateStats, magnet_adapter
 from marl.train.loss import LossParts, grpo_loss
 from marl.train.objectives import register_objective
 from marl.train.objectives.policy_target import (
+    Linearised,
+    RowGrads,
     TargetBatch,
     accumulate,
     adam_fit,
+    adapter_gauss_newton,
+    difference_jacobian,
     state_key,
     target_batch,
     target_kl,
@@ -127,19 +151,55 @@ class ThinkTarget:
     def update(self, items: list[TrainItem]) -> UpdateStats:
         if any(it.kind != "think" for it in items):
             raise ValueError("think targets need think decoding")
-        if self.cfg.solver != "adam":
-            raise ValueError("think targets are fitted by solver adam, not gauss_newton")
         b = self.batch(items)
         seen: list[Evaluation] = []
 
-        def loss(grad: bool) -> float:
+        def evaluate(grad: bool) -> Evaluation:
             seen.append(self.evaluate(b, grad))
+            return seen[-1]
+
+        if self.cfg.solver == "gauss_newton":
+            kept = self._gauss_newton(b, evaluate)
+        else:
+            kept = self._adam(b, evaluate)
+        return target_stats(b, seen[0].kl, kept.kl, len(items), kept.clip_frac)
+
+    def _adam(
+        self, b: TargetBatch, evaluate: Callable[[bool], Evaluation], steps: int | None = None
+    ) -> Evaluation:
+        """``steps`` optimizer steps (default ``fit_steps``) on the whole loss, ending on the
+        best weights seen (:func:`.policy_target.adam_fit`): the evaluation there, its KL inf
+        where no loss was finite."""
+        seen: list[Evaluation] = []
+
+        def loss(grad: bool) -> float:
+            seen.append(evaluate(grad))
             return seen[-1].total
 
-        result = adam_fit(self.learner, loss, b)
-        kept = next((e for e in seen if e.total == result.best), seen[0])
-        best = kept.kl if math.isfinite(result.best) else math.inf
-        return target_stats(b, seen[0].kl, best, len(items), kept.clip_frac)
+        best = adam_fit(self.learner, loss, b, steps).best
+        kept = next((e for e in seen if e.total == best), seen[0])
+        return kept if math.isfinite(best) else replace(kept, kl=math.inf)
+
+    def _gauss_newton(self, b: TargetBatch, evaluate: Callable[[bool], Evaluation]) -> Evaluation:
+        """Gauss-Newton steps of the mixtures' logit differences towards the targets' (the
+        line search on the moves' KL), then, with a reasoning weight, one optimizer step on
+        the whole loss (module docstring): the evaluation at the weights kept."""
+        seen = [evaluate(False)]  # also makes the targets
+        if not math.isfinite(seen[0].total):
+            return replace(seen[0], kl=math.inf)
+
+        def kl() -> float:
+            seen.append(evaluate(False))
+            return seen[-1].kl if math.isfinite(seen[-1].total) else math.inf
+
+        def rows(group: list[tuple], params: list[torch.nn.Parameter]) -> Iterator[Linearised]:
+            for chunk in self._chunks(b, group):
+                yield think_jacobian(self.learner, chunk, params, b.targets)
+
+        best = adapter_gauss_newton(self.learner, b, rows, kl, seen[0].kl).best
+        if self.cfg.reasoning_weight > 0:
+            return self._adam(b, evaluate, steps=1)
+        return next(e for e in reversed(seen) if e.kl == best)
 
     def batch(self, items: list[TrainItem]) -> TargetBatch:
         """The batch's states with their action values, reasoning advantages and (with a
@@ -199,3 +259,41 @@ class ThinkTarget:
             logp, old, adv, mask, cfg.clip_low, cfg.clip_high, entropy=ent, entropy_coef=cfg.entropy
         )
         return torch.stack(kls).sum(), Reasoning(parts, float(mask.sum()))
+
+
+def think_jacobian(
+    learner: Learner,
+    chunk: list[State],
+    params: list[torch.nn.Parameter],
+    targets: dict[tuple, torch.Tensor],
+) -> Linearised:
+    """The mixtures' logit differences f_s of ``chunk``'s states (module docstring), on
+    ``learner``'s active adapter: their Jacobian over ``params`` ([rows, P], a row per
+    (state, a >= 1)) and their residuals to the ``targets``'
+    (:func:`.policy_target.difference_jacobian`).  Each state's distinct contexts are scored
+    once, apart from every other, and all their batch rows count as the state's; a context
+    several decisions share weighs as many times in the mixture."""
+    scored: list[TrainItem] = []  # a decision per distinct context
+    unit: list[int] = []  # its state's index in the chunk
+    picks: list[list[int]] = []  # per state, per decision: its context's index in ``scored``
+    for k, s in enumerate(chunk):
+        index: dict[tuple, int] = {}
+        for it in s:
+            if tuple(it.choice_prompt_ids) not in index:
+                index[tuple(it.choice_prompt_ids)] = len(scored)
+                scored.append(it)
+                unit.append(k)
+        picks.append([index[tuple(it.choice_prompt_ids)] for it in s])
+    state_of = torch.tensor(unit)
+    with RowGrads(learner.host.model, params, len(chunk)) as rows, learner.compute():
+        scores = learner.host.separate_scores(
+            [it.choice_prompt_ids for it in scored],
+            [it.candidate_ids for it in scored],
+            lambda owner: rows.owner(state_of[owner]),
+        )
+    dists = [
+        torch.log_softmax(x.float() / scale_temperature(it.temperature), 0)
+        for it, x in zip(scored, scores, strict=True)
+    ]
+    mixes = [mixture([dists[i] for i in p]) for p in picks]
+    return difference_jacobian(mixes, [targets[state_key(s[0])] for s in chunk], params, rows)
