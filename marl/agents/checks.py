@@ -14,6 +14,7 @@ from typing import Any
 from marl import games
 from marl.config import GameConfig, TeamConfig
 from marl.config.schema import PathProblem
+from marl.games.analysis import tree_games
 from marl.games.bots import bot_names
 from marl.games.external import UnsupportedEnv
 from marl.games.guard import GameError, trial
@@ -168,6 +169,20 @@ def bots_exist(cfg: TeamConfig, seats: list[str]) -> list[PathProblem]:
     return problems
 
 
+def states_need_a_tree(cfg: TeamConfig, seats: list[str]) -> list[PathProblem]:
+    """A states rollout visits the information states of the game's exact tree."""
+    assert cfg.train is not None
+    if cfg.train.rollout != "states" or hasattr(games.make(cfg.game.name), "root_state"):
+        return []
+    return [
+        (
+            ("train", "rollout"),
+            f"train.rollout states visits every information state of an exact game tree; "
+            f"{cfg.game.name} has none (games that do: {', '.join(tree_games())})",
+        )
+    ]
+
+
 def scripted_bots_exist(cfg: TeamConfig) -> list[PathProblem]:
     """A role of backend scripted names a bot of the game in ``model``."""
     bots = bot_names(cfg.game.name)
@@ -183,7 +198,7 @@ def scripted_bots_exist(cfg: TeamConfig) -> list[PathProblem]:
 
 
 #: The rules of a train section against the seats of its game (a team task: its agents).
-TRAIN_RULES: tuple[SeatRule, ...] = (reward_scales_name_seats, bots_exist)
+TRAIN_RULES: tuple[SeatRule, ...] = (reward_scales_name_seats, bots_exist, states_need_a_tree)
 
 
 def team_problems(cfg: TeamConfig) -> list[PathProblem]:

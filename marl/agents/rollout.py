@@ -107,6 +107,40 @@ class _Running:
     parent: tuple[Turn, int] | None = None  # a branch: the decision and the action it values
 
 
+def decision_turn(
+    episode: int,
+    agent_id: str,
+    agent: Agent,
+    legal: list[int],
+    resp: Response,
+    action: int | None,
+    public: Hashable | None,
+    seconds: float,
+) -> Turn:
+    """The :class:`Turn` of ``agent``'s answer ``resp`` in seat ``agent_id``, read as
+    ``action`` (None: it named no move)."""
+    return Turn(
+        episode=episode,
+        agent=agent_id,
+        name=agent.name,
+        role=agent.role,
+        text=resp.text,
+        action=action,
+        parsed=action is not None,
+        legal=action in legal,
+        prompt_ids=resp.prompt_ids,
+        completion_ids=resp.completion_ids,
+        logprobs=resp.logprobs,
+        candidate_ids=resp.candidate_ids,
+        choice=resp.choice,
+        action_probs=resp.action_probs,
+        choice_prompt_ids=resp.choice_prompt_ids,
+        public=public,
+        temperature=resp.temperature,
+        seconds=seconds,
+    )
+
+
 def retry_request(request: Request, answer: str, error: str) -> Request:
     """``request`` with the unplayable ``answer`` and the error appended to the chat."""
     moves = " ".join(request.action_texts)
@@ -265,26 +299,7 @@ class RolloutEngine:
                 error = parsed.reason
             elif action not in legal:
                 error = f"{env.action_text(action)} is not a legal move now"
-        turn = Turn(
-            episode=r.episode.index,
-            agent=agent_id,
-            name=agent.name,
-            role=agent.role,
-            text=resp.text,
-            action=action,
-            parsed=action is not None,
-            legal=action in legal,
-            prompt_ids=resp.prompt_ids,
-            completion_ids=resp.completion_ids,
-            logprobs=resp.logprobs,
-            candidate_ids=resp.candidate_ids,
-            choice=resp.choice,
-            action_probs=resp.action_probs,
-            choice_prompt_ids=resp.choice_prompt_ids,
-            public=public,
-            temperature=resp.temperature,
-            seconds=seconds,
-        )
+        turn = decision_turn(r.episode.index, agent_id, agent, legal, resp, action, public, seconds)
         r.episode.turns.append(turn)
         r.last_turn[agent_id] = turn
         if (

@@ -136,6 +136,7 @@ def eval_exploitability_cmd(
     from marl.agents.participants import ParticipantLoader
     from marl.agents.reasoning import reasoning_reports, writes_reasoning
     from marl.agents.tables import agent_report
+    from marl.games.analysis import tree_games
 
     game = target_game(target, game, "kuhn_poker").name  # the tree is the game's, kwargs aside
     env = games.make(game) if game in games.names() else None
@@ -176,13 +177,6 @@ def _reasoning_modes(target: str, game: str, reasoning: str | None, show: int) -
     if reasoning is None:
         return []
     return list(MODES) if reasoning == "all" else [reasoning]
-
-
-def tree_games() -> list[str]:
-    """The registered games with an exact tree (exploitability), from the registry."""
-    from marl import games
-
-    return [name for name in games.names() if hasattr(games.make(name), "root_state")]
 
 
 @eval_app.command("against")

@@ -215,6 +215,30 @@ def branch_needs_game(cfg: TeamConfig) -> list[PathProblem]:
     ]
 
 
+def states_need_targets(cfg: TeamConfig) -> list[PathProblem]:
+    """A states rollout values every action of every information state for policy targets,
+    with every seat played by the team's own policy."""
+    tc = cfg.train
+    if tc is None or tc.rollout != "states":
+        return []
+    wrong = {
+        "policy_target.eta > 0": tc.policy_target.eta > 0,
+        "policies: train": tc.policies == "train",
+        "league.opponents: self": tc.league.opponents == "self" and not tc.league.anchors,
+        "branch: 0": not tc.branch,
+    }
+    missing = [k for k, ok in wrong.items() if not ok]
+    if not missing:
+        return []
+    return [
+        (
+            ("train", "rollout"),
+            "train.rollout states values the actions for policy targets in self-play: it "
+            f"needs {', '.join(missing)}",
+        )
+    ]
+
+
 def targets_need_scored_moves(cfg: TeamConfig) -> list[PathProblem]:
     """Policy targets are distributions over the legal actions: the trained roles score them
     (choice decoding, or think: after a reasoning), all one way (either solver, adam or
@@ -256,5 +280,6 @@ TEAM_RULES: tuple[Rule, ...] = (
     team_task_roles,
     learner_fits,
     branch_needs_game,
+    states_need_targets,
     targets_need_scored_moves,
 )

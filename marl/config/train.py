@@ -236,11 +236,14 @@ class PolicyTargetConfig(StrictModel):
 class TrainConfig(StrictModel):
     """Multi-agent GRPO settings."""
 
-    rollout: Literal["auto", "game", "team"] = Field(
+    rollout: Literal["auto", "game", "team", "states"] = Field(
         "auto",
         description="game: agents take the seats of game.name; team: the team answers game.name's "
         "cooperative tasks in free text along its topology (one sampled graph per episode when "
-        "learnable); auto: team when the topology is learnable, else game.",
+        "learnable); states: no games: group_size decisions at every information state of a game "
+        "with an exact tree (Kuhn, Leduc), each action valued on the tree under the policy those "
+        "decisions show (docs/algorithms.md#visiting-every-state; policy_target only); auto: team "
+        "when the topology is learnable, else game.",
     )
     policies: Literal["train", "frozen"] = Field(
         "train", description="frozen: no GRPO update; only a learnable topology learns."
@@ -417,7 +420,7 @@ class TrainConfig(StrictModel):
                 "branch values the actions for policy_target's step: set "
                 "policy_target.eta > 0 (or branch: 0)"
             )
-        if self.policy_target.eta > 0 and bad and not self.branch:
+        if self.policy_target.eta > 0 and bad and not self.branch and self.rollout != "states":
             raise ValueError(
                 "policy_target reads each state's action values off the "
                 "advantages (a return minus its state's mean, in reward units): "

@@ -23,7 +23,7 @@ import numpy as np
 
 from marl.games.base import TextGame
 from marl.games.game_tree import GameTree, build_tree
-from marl.games.registry import make
+from marl.games.registry import make, names
 
 ActionProbs = Mapping[int, float]
 TabularPolicy = dict[str, dict[int, float]]
@@ -38,6 +38,11 @@ def game_tree(game_name: str) -> GameTree:
     if root is None:
         raise ValueError(f"game {game_name!r} has no exact game tree (no root_state())")
     return build_tree(root())
+
+
+def tree_games() -> list[str]:
+    """The registered games with an exact tree (exploitability), from the registry."""
+    return [name for name in names() if hasattr(make(name), "root_state")]
 
 
 def info_states(game_name: str) -> list[tuple[str, int, list[int]]]:
@@ -90,10 +95,14 @@ def strategy_vector(
 
 def to_table(game_name: str, policy: Policy) -> TabularPolicy:
     """Materialise any policy as a ``{key: {action: prob}}`` table (JSON-friendly)."""
+    return by_key(game_name, strategy_vector(game_name, policy))
+
+
+def by_key(game_name: str, slots: np.ndarray) -> dict[str, dict[int, float]]:
+    """A flat slot vector as ``{key: {action: value}}``."""
     tree = game_tree(game_name)
-    sigma = strategy_vector(game_name, policy)
     return {
-        key: {int(a): float(sigma[tree.slot_start[i] + j]) for j, a in enumerate(acts)}
+        key: {int(a): float(slots[tree.slot_start[i] + j]) for j, a in enumerate(acts)}
         for i, (key, acts) in enumerate(zip(tree.infoset_keys, tree.infoset_actions, strict=True))
     }
 
@@ -122,6 +131,13 @@ def nash_conv(game_name: str, policy: Policy) -> float:
     return float(
         sum(tree.best_response_value(sigma, p) - on_policy[p] for p in range(tree.num_players))
     )
+
+
+def state_action_values(game_name: str, policy: Policy) -> dict[str, dict[int, float]]:
+    """Q(s, a) at every information state s when every player plays ``policy``: the mean
+    return of s's player after playing a there (``GameTree.action_values``), what a batch of
+    games estimates by averaging the returns that followed a at s."""
+    return by_key(game_name, game_tree(game_name).action_values(strategy_vector(game_name, policy)))
 
 
 def exploitability(game_name: str, policy: Policy) -> float:

@@ -7,7 +7,8 @@ a handful of vectorised numpy operations per depth instead of a Python recursion
 
 - ``reach(probs)``: pi_j(h) for every player j and chance (last column), forward by depth;
 - ``values(probs)``: v_j(h) = sum_z pi(h -> z) u_j(z), backward by depth;
-- ``best_response_value(sigma, i)``: max over pure strategies of i of i's expected payoff.
+- ``best_response_value(sigma, i)``: max over pure strategies of i of i's expected payoff;
+- ``action_values(sigma)``: Q(I, a), the mover's expected payoff after a at I, for every slot.
 
 A behaviour strategy is one flat vector ``sigma`` indexed by *slots* (one slot per
 (information state, legal action) pair; the slots of an information state are contiguous).
@@ -127,6 +128,28 @@ class GameTree:
     def counterfactual_reach(self, reach: np.ndarray, player: int) -> np.ndarray:
         """pi_{-i}(h): the product of chance's and every other player's reach."""
         return np.prod(np.delete(reach, player, axis=1), axis=1)
+
+    def action_values(self, sigma: np.ndarray) -> np.ndarray:
+        """[S]: Q(I, a) for every slot, the expected payoff of I's player after playing a at
+        I when everyone plays ``sigma``:
+
+            Q(I, a) = sum_{h in I} pi_{-i}(h) v_i(h a) / sum_{h in I} pi_{-i}(h)
+
+        the mean return after (I, a) over the histories play reaches I by (the player's own
+        reach is the same at every h in I, so it cancels).  A slot no history reaches with
+        positive weight gets 0."""
+        probs = self.edge_probs(sigma)
+        reach, v = self.reach(probs), self.values(probs)
+        num, den = np.zeros(self.num_slots), np.zeros(self.num_slots)
+        edges = np.flatnonzero(self.edge_slot >= 0)
+        movers = self.player[self.parent[edges]]
+        for p in range(self.num_players):
+            mine = edges[movers == p]
+            cf = self.counterfactual_reach(reach, p)[self.parent[mine]]
+            slots = self.edge_slot[mine]
+            num += np.bincount(slots, cf * v[mine, p], minlength=self.num_slots)
+            den += np.bincount(slots, cf, minlength=self.num_slots)
+        return np.divide(num, den, out=np.zeros_like(num), where=den > 0)
 
     def best_response_value(self, sigma: np.ndarray, player: int) -> float:
         """Value of ``player``'s best response to the others playing ``sigma``.

@@ -22,12 +22,14 @@ from marl.train.topology import deferral_rate
 @dataclass(frozen=True)
 class StepMetrics:
     """What a run's metrics hold beyond every step's: the roles trained, the branch count
-    (``train.branch``), whether roles defer, whether a magnet regularises."""
+    (``train.branch``), whether roles defer, whether a magnet regularises, whether episodes
+    are games (per-seat outcomes are reported only then)."""
 
     trainable_roles: set[str]
     branch: int
     defers: bool
     magnet: bool
+    games: bool = True  # False: train.rollout states, whose episodes are single decisions
 
     def __call__(
         self,
@@ -46,7 +48,7 @@ class StepMetrics:
             "seconds": {k: round(v, 3) for k, v in seconds.items()},
             "degenerate_groups": adv.degenerate,
             "groups": adv.cells,
-            "agents": agent_outcomes(episodes),
+            "agents": agent_outcomes(episodes) if self.games else {},
             "advantage": advantage_stats(samples, adv),
         }
         turns = [t for ep in episodes for t in ep.turns if t.role in self.trainable_roles]

@@ -73,6 +73,8 @@ class TrainProgress:
         ]
         if m.get("illegal_move_rate"):
             parts.append(f"illegal={m['illegal_move_rate']:.0%}")
+        if "states" in m:
+            parts.append(f"read_exploitability={m['states']['exploitability']:.3f}")
         if "eval" in m:
             parts += [f"{k}={v:.3f}" for k, v in m["eval"].items()]
         self.bar.update(self.task, completed=result.step, figures="  ".join(parts))

@@ -15,6 +15,8 @@ Team-task runs (``train.rollout: team``) play the same loop with a team answerin
 tasks in free text (a group: one task, ``group_size`` answers); with a learnable topology a
 graph is sampled per episode in step 1 and its edge logits get a REINFORCE update next to the
 GRPO update in step 4 (:mod:`marl.train.topology`); ``train.policies: frozen`` skips the GRPO part.
+States runs (``train.rollout: states``) replace the games of steps 1-2 by decisions at every
+information state, valued on the game's tree before step 3 (:mod:`marl.train.states`).
 
 Seeds of step ``s`` derive from (run seed, s) only, so a run resumed from a checkpoint replays
 exactly the steps it lost.
@@ -62,6 +64,7 @@ from marl.train.loggers import open_loggers, unavailable
 from marl.train.magnet import Magnet
 from marl.train.metrics import StepMetrics
 from marl.train.runtime import LocalRuntime, RayRuntime, Runtime, trainable_hosts
+from marl.train.states import plan_states, value_states
 from marl.train.topology import graph_strategy
 from marl.train.workers import EpisodeSpec
 
@@ -163,7 +166,11 @@ class Trainer:
             else None
         )
         self.step_metrics = StepMetrics(
-            self.trainable_roles, self.tc.branch, self.defers, self.magnet is not None
+            self.trainable_roles,
+            self.tc.branch,
+            self.defers,
+            self.magnet is not None,
+            games=self.tc.rollout != "states",
         )
         if ckpt is not None:
             self._restore(ckpt)
@@ -178,6 +185,8 @@ class Trainer:
     # ----- planning
     def plan(self, step: int) -> list[EpisodeSpec]:
         tc = self.tc
+        if tc.rollout == "states":
+            return plan_states(self.cfg.game.name, self.seats, tc.group_size, tc.seed, step)
         rng = random.Random(derive_seed(tc.seed, step, "plan"))
         specs = []
         for g in range(tc.groups_per_step):
@@ -267,6 +276,11 @@ class Trainer:
         except (ActorPoolError, PolicyError, StaleBatchError) as exc:
             raise TrainingError(f"step {step}: rollout {exc}") from None
         self.rollouts.ahead(step)
+        visited = (
+            value_states(self.cfg.game.name, episodes, specs)
+            if self.tc.rollout == "states"
+            else None
+        )
         t1 = time.perf_counter()
         rows, samples = self.samples(episodes, specs)
         adv = self.estimator(samples)
@@ -296,11 +310,11 @@ class Trainer:
             skipped,
             {"rollout": t1 - t0, "advantage": t2 - t1, "update": t3 - t2, "sync": t4 - t3},
         )
-        metrics.update(
-            snapshot=snap,
-            staleness=staleness,
-            games_per_min=round(60 * len(episodes) / (t4 - t0), 2),
-        )
+        pace = "decisions_per_min" if visited else "games_per_min"
+        metrics.update(snapshot=snap, staleness=staleness)
+        metrics[pace] = round(60 * len(episodes) / (t4 - t0), 2)
+        if visited:
+            metrics["states"] = visited
         if topology:
             metrics["topology"] = topology
         if self.exact_eval and (step % self.tc.eval_every == 0 or step == self.tc.steps):

@@ -1,10 +1,11 @@
 """Rollout workers: build the team from its config and play the episodes they are given.
 
 A worker is a plain class; the Ray runtime wraps it as an actor, the local runtime calls it in
-process.  It plays episodes one of two ways, chosen once from the config (``train.rollout``):
-games (agents take the seats of ``game.name``, through the rollout engine) or team tasks
+process.  It plays episodes one of three ways, chosen once from the config (``train.rollout``):
+games (agents take the seats of ``game.name``, through the rollout engine), team tasks
 (:class:`TeamPlayer`: the team answers a task of ``game.name`` in free text along a topology,
-through the team runtime); both return :class:`Episode` values the trainer treats alike.
+through the team runtime) or states (one decision at an information state of the game's exact
+tree: :mod:`marl.train.states`); all return :class:`Episode` values the trainer treats alike.
 Everything it receives is data (the config as a dict, episode specs, adapter weights), so a
 replacement worker rebuilt from the same inputs plays the same games.
 Randomness is re-seeded from (run seed, step, episode) at every call, so results do not depend
@@ -14,8 +15,10 @@ on which worker played what or on a resume in between.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
@@ -23,10 +26,11 @@ from marl import games
 from marl.agents import Agent
 from marl.agents.builder import Roster, build_roster, hf_role_policy, host_key
 from marl.agents.participants import ParticipantLoader
-from marl.agents.policy import Response
-from marl.agents.rollout import Episode, RolloutEngine, Turn
+from marl.agents.policy import Request, Response
+from marl.agents.rollout import Episode, RolloutEngine, Turn, decision_turn
 from marl.agents.tables import agent_probs, exploitability_report
 from marl.config import TeamConfig
+from marl.games.analysis import info_state_envs, info_states
 from marl.games.tasks import make_task
 from marl.infra.seats import ParticipantId
 from marl.infra.seeds import derive_seed, reseed
@@ -152,11 +156,10 @@ class RolloutWorker:
         # league opponents (snapshots, checkpoints, bots) by id, made by _opponent
         self.extra: dict[ParticipantId, Agent] = {}
         self.version = 0  # of the weights it plays with: the training step that made them
-        self._play: Callable[[list[EpisodeSpec]], list[Episode]] = (
-            TeamPlayer(self.cfg, self.roster).play
-            if self.cfg.rollout_kind() == "team"
-            else self._play_games
-        )
+        self._play: Callable[[list[EpisodeSpec]], list[Episode]] = {
+            "team": lambda specs: TeamPlayer(self.cfg, self.roster).play(specs),
+            "states": self._visit_states,
+        }.get(self.cfg.rollout_kind(), self._play_games)
 
     # ----- weights
     def set_weights(self, weights: Weights) -> None:
@@ -234,6 +237,53 @@ class RolloutWorker:
             ),
         )
         return engine.play(len(specs), seeds=[s.seed for s in specs])
+
+    def _visit_states(self, specs: list[EpisodeSpec]) -> list[Episode]:
+        """``train.rollout: states``: each spec is one decision at information state
+        ``spec.group`` (in :func:`~marl.games.analysis.info_states` order), asked of the
+        participant in that state's seat, batched per policy: an episode of that one turn,
+        which the trainer values on the game tree."""
+        asks = [self._state_request(spec) for spec in specs]
+        by_policy: dict[int, list[int]] = {}
+        for i, (_, _, agent, _) in enumerate(asks):
+            by_policy.setdefault(id(agent.policy), []).append(i)
+        size = self.cfg.train.concurrency if self.cfg.train else 64
+        out: list[Episode | None] = [None] * len(specs)
+        for rows in by_policy.values():
+            for part in (rows[j : j + size] for j in range(0, len(rows), size)):
+                t0 = time.perf_counter()
+                responses = asks[part[0]][2].policy.act([asks[i][3] for i in part])
+                per = (time.perf_counter() - t0) / len(part)
+                for i, resp in zip(part, responses, strict=True):
+                    env, who, agent, req = asks[i]
+                    action = None if resp.choice is None else req.legal[resp.choice]
+                    public = env.public_state(who)
+                    turn = decision_turn(
+                        specs[i].index, who, agent, req.legal, resp, action, public, per
+                    )
+                    name = env.metadata["name"]
+                    out[i] = Episode(specs[i].index, name, specs[i].seed, {who: agent.name}, [turn])
+        return [ep for ep in out if ep is not None]
+
+    @cached_property
+    def _states(self) -> tuple[list[tuple[str, int, list[int]]], dict]:
+        """The game's information states and an env positioned at each (built once)."""
+        return info_states(self.cfg.game.name), info_state_envs(self.cfg.game.name)
+
+    def _state_request(self, spec: EpisodeSpec) -> tuple[games.TextGame, str, Agent, Request]:
+        """The env positioned at ``spec``'s information state, its seat, the participant
+        there and what it is asked."""
+        states, positioned = self._states
+        key, _, legal = states[spec.group]
+        env, who = positioned[key]
+        agent = self._participant(dict(spec.seating)[who])
+        request = agent.request(env, who)
+        if list(request.legal) != legal:
+            raise ValueError(
+                f"{self.cfg.game.name} at {key!r}: the game offers {request.legal}, "
+                f"its tree {legal}"
+            )
+        return env, who, agent, request
 
     def exploitability(self) -> float:
         """Exact exploitability of the trained role's current policy (exact-tree games)."""

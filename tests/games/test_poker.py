@@ -188,6 +188,66 @@ def test_env_monte_carlo_matches_policy_value():
     assert abs(np.mean(payoffs) - exact) < 4 * np.std(payoffs) / np.sqrt(len(payoffs))
 
 
+def reference_action_values(game: str, table: dict) -> dict[str, dict[int, float]]:
+    """Q(I, a) by plain recursion over the game: each history's weight is chance's and the
+    opponent's reach, its value after a the mean payoff below it."""
+
+    def value(st) -> np.ndarray:
+        if st.is_terminal:
+            return np.asarray(st.returns(), dtype=float)
+        if st.is_chance:
+            return sum(p * value(st.apply(a)) for a, p in st.chance_outcomes())
+        row = table[st.info_key(st.current_player)]
+        return sum(row[a] * value(st.apply(a)) for a in st.legal())
+
+    num: dict = {}
+    den: dict = {}
+
+    def walk(st, weights: tuple[float, float]) -> None:
+        if st.is_terminal:
+            return
+        if st.is_chance:
+            for a, p in st.chance_outcomes():
+                walk(st.apply(a), (weights[0] * p, weights[1] * p))
+            return
+        i = st.current_player
+        key, row = st.info_key(i), table[st.info_key(i)]
+        for a in st.legal():
+            num.setdefault(key, {}).setdefault(a, 0.0)
+            num[key][a] += weights[i] * value(st.apply(a))[i]
+            den.setdefault(key, {}).setdefault(a, 0.0)
+            den[key][a] += weights[i]
+            # the mover's own probability weighs the other player's view only
+            nxt = list(weights)
+            nxt[1 - i] *= row[a]
+            walk(st.apply(a), (nxt[0], nxt[1]))
+
+    walk(games.make(game).root_state(), (1.0, 1.0))
+    return {k: {a: num[k][a] / den[k][a] for a in num[k]} for k in num}
+
+
+@pytest.mark.parametrize("game", POKER)
+def test_state_action_values_match_a_plain_recursion(game):
+    rng = np.random.default_rng(3)
+    table = {}
+    for key, _, legal in analysis.info_states(game):
+        p = rng.dirichlet(np.ones(len(legal)))
+        table[key] = {a: float(x) for a, x in zip(legal, p, strict=True)}
+    q = analysis.state_action_values(game, table)
+    want = reference_action_values(game, table)
+    assert q.keys() == want.keys()
+    for key in q:
+        assert q[key] == pytest.approx(want[key], abs=1e-9), key
+
+
+def test_kuhn_action_values_by_hand():
+    q = analysis.state_action_values("kuhn_poker", analysis.uniform_policy)
+    assert q["K:b"] == pytest.approx({CALL: 2.0, FOLD: -1.0})  # K wins every showdown
+    assert q["J:b"] == pytest.approx({CALL: -2.0, FOLD: -1.0})
+    # Q at K:cb: calling wins 2 against the J or Q that bet
+    assert q["K:cb"][CALL] == pytest.approx(2.0)
+
+
 # ----- text interface --------------------------------------------------------------------------
 
 

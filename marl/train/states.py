@@ -1,0 +1,71 @@
+"""Visiting every state: ``train.rollout: states`` for games with an exact tree.
+
+Instead of games, a step asks the policy ``group_size`` times at every information state s of
+the game (the seat to move there played by the team's own agent), and values each decision on
+the game tree rather than by the returns of sampled games:
+
+    pi_hat(a | s) = (1/G) sum_j pi(a | s, z_j)           the policy the step's decisions show
+    Q(s, a)       = E[return of s's player | s, a]        under pi_hat in every seat
+
+(``z_j`` the j-th reasoning of a think policy, nothing for a choice policy, whose G reads are
+then the same distribution).  Q is exact for pi_hat
+(:func:`marl.games.analysis.state_action_values`), so policy targets get the action values
+that a batch of games only estimates: the choice-mode Kuhn recipe plays 8,192 games a step to
+make that estimate tight, which a think policy, writing a reasoning at each decision, cannot
+afford.  The price is generality: a game must have a tree
+small enough to walk (Kuhn, Leduc) and the values are those of the current policy in both
+seats (self-play).
+
+pi_hat is also a G-sample read of the policy's table, so the step reports its
+exploitability for free (``metrics["states"]``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from marl.agents.rollout import Episode
+from marl.games.analysis import exploitability, info_states, state_action_values
+from marl.infra.seats import ParticipantId
+from marl.infra.seeds import derive_seed
+from marl.train.workers import EpisodeSpec
+
+
+def plan_states(
+    game: str, seats: list[str], group_size: int, seed: int, step: int
+) -> list[EpisodeSpec]:
+    """``group_size`` decisions at each information state, the team's agents in every seat;
+    the group of a decision is its state's index in :func:`info_states` order."""
+    seating = tuple((s, ParticipantId.team(i)) for i, s in enumerate(seats))
+    specs: list[EpisodeSpec] = []
+    for g in range(len(info_states(game))):
+        state_seed = derive_seed(seed, step, g)
+        specs += [EpisodeSpec(len(specs) + j, state_seed, g, seating) for j in range(group_size)]
+    return specs
+
+
+def value_states(game: str, episodes: list[Episode], specs: list[EpisodeSpec]) -> dict:
+    """Set every decision's ``action_values`` to Q(s, .) under the table its step's decisions
+    read (module docstring) and its episode's return to Q(s, a) of the move played; return that
+    table's exploitability and reads per state."""
+    states = info_states(game)
+    group_of = {s.index: s.group for s in specs}
+    reads: dict[str, list[np.ndarray]] = defaultdict(list)
+    for ep in episodes:
+        key = states[group_of[ep.index]][0]
+        reads[key].append(np.asarray(ep.turns[0].action_probs, dtype=float))
+    table = {
+        key: dict(zip(legal, np.mean(reads[key], axis=0), strict=True)) for key, _, legal in states
+    }
+    q = state_action_values(game, table)
+    for ep in episodes:
+        key, _, legal = states[group_of[ep.index]]
+        turn = ep.turns[0]
+        turn.action_values = [q[key][a] for a in legal]
+        ep.returns[turn.agent] = q[key][turn.action]
+    return {
+        "exploitability": exploitability(game, table),
+        "reads": min(len(r) for r in reads.values()),
+    }
