@@ -131,13 +131,16 @@ def test_the_learner_recomputes_them_ratio_one_at_the_first_pass(host: ModelHost
         host.set_adapter_weights("red", before)
 
 
-def test_one_pass_gives_the_two_separate_computations(host: ModelHost) -> None:
+@pytest.mark.parametrize("draws", [1, 4])
+def test_one_pass_gives_the_two_separate_computations(host: ModelHost, draws: int) -> None:
     """``reasoned_stats`` (one forward per context) against the reasoning's own forward and
-    the choice scoring after it, with gradients on as in the learner."""
+    the choice scoring after it, with gradients on as in the learner; with several reasonings
+    per prompt each prompt runs once (its own unit) and the results are the same."""
     policy = _think_policy(host, seed=7)
-    responses = policy.act(_requests(policy, 4))
+    responses = policy.act(_requests(policy, 4 if draws == 1 else 2) * draws)
     args = ([r.prompt_ids for r in responses], [r.completion_ids for r in responses])
     ctx, cands = [r.choice_prompt_ids for r in responses], [r.candidate_ids for r in responses]
+    assert (host._prompt_units(args[0]) is None) == (draws == 1)
     with host.use("red"):
         per, ents, scores = host.reasoned_stats(*args, ctx, cands, TEMPERATURE, entropy=True)
         want, want_ents = host.sequence_stats(*args, TEMPERATURE, entropy=True)

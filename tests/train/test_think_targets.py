@@ -199,7 +199,9 @@ def test_one_backward_per_action_gives_each_state_s_row_of_the_mixture_s_jacobia
     scored: list[int] = []
     separate = host.separate_scores
     monkeypatch.setattr(
-        host, "separate_scores", lambda p, c, rows: scored.append(len(p)) or separate(p, c, rows)
+        host,
+        "separate_scores",
+        lambda p, c, rows, units: scored.append(len(p)) or separate(p, c, rows, units),
     )
     with host.use("red"):
         jac, residual = think_jacobian(learner, states, learner.params, b.targets)

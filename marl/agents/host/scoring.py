@@ -80,26 +80,29 @@ class Scoring(Prefill):
         self,
         prompts: list[list[int]],
         candidates: list[list[list[int]]],
-        max_head: int | None = None,
+        max_head: int | list[int] | None = None,
         rows: Callable[[torch.Tensor], None] | None = None,
-    ) -> tuple[list[torch.Tensor], torch.Tensor, int]:
+        units: list[int] | None = None,
+    ) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
         """``log p(c | prompt)`` for every candidate of every prompt, each token run once,
-        plus the prompts' hidden states after the shared head and that head's length (at
-        most ``max_head``).
+        plus the prompts' hidden states after their heads and each prompt's head length.
 
-        Three levels share their work through the KV cache: the prompts' common head (once),
-        each prompt's own tail (once per prompt), then the candidates (once per pair).  Only
-        the positions that predict a candidate token go through the vocabulary projection.
-        ``rows(owner)``, if given, hears before each forward after the head which prompt
-        each of its batch rows serves.
+        Three levels share their work through the KV cache: the common head of the prompts of
+        one unit (:meth:`_unit_heads`; ``units[i]`` is prompt i's, default all one), each
+        prompt's own tail (once per prompt), then the candidates (once per pair).  No work
+        crosses units.  Only the positions that predict a candidate token go through the
+        vocabulary projection.  ``rows(owner)``, if given, hears before each forward which
+        prompt each of its batch rows serves (a head's row: its unit's first prompt).
         """
-        head = self._head(prompts) if len(prompts) > 1 else len(prompts[0]) - 1
-        head = head if max_head is None else min(head, max_head)
-        tails = [p[head:] for p in prompts]
-        cache, mask = self._shared_heads([prompts[0][:head]], [0] * len(prompts))
+        heads, slot, firsts = self._unit_heads(prompts, max_head, units)
+        if rows is not None and all(heads):
+            rows(torch.tensor(firsts))
+        cache, mask = self._shared_heads(heads, slot)
+        hl = torch.tensor([len(heads[k]) if cache is not None else 0 for k in slot])
+        tails = [p[h:] for p, h in zip(prompts, hl.tolist(), strict=True)]
         if rows is not None:
             rows(torch.arange(len(prompts)))
-        hidden, cache, mask = self._extend(tails, torch.full((len(prompts),), head), cache, mask)
+        hidden, cache, mask = self._extend(tails, hl, cache, mask)
         last = torch.tensor([len(t) - 1 for t in tails])
         first = hidden[torch.arange(len(prompts)), last.to(hidden.device)]  # predicts c[0]
         owner = torch.tensor([i for i, cs in enumerate(candidates) for _ in cs])
@@ -110,7 +113,7 @@ class Scoring(Prefill):
                 rows(owner)
             cache.batch_select_indices(owner.to(self.device))
             rest, _, _ = self._extend(
-                [c[:-1] for c in flat], head + last[owner] + 1, cache, mask[owner]
+                [c[:-1] for c in flat], (hl + last)[owner] + 1, cache, mask[owner]
             )
             picks.append(rest)
         logits = self._logits(torch.cat([picks[0][:, None], *picks[1:]], 1))
@@ -123,7 +126,30 @@ class Scoring(Prefill):
             valid[i, : len(c)] = True
         dev = logp.device
         tok = logp.gather(2, target.to(dev)[..., None]).squeeze(2) * valid.to(dev)
-        return list(tok.sum(1).split([len(cs) for cs in candidates])), hidden, head
+        return list(tok.sum(1).split([len(cs) for cs in candidates])), hidden, hl
+
+    def _unit_heads(
+        self,
+        prompts: list[list[int]],
+        max_head: int | list[int] | None,
+        units: list[int] | None,
+    ) -> tuple[list[list[int]], list[int], list[int]]:
+        """Per unit, its prompts' common head (at most ``max_head`` tokens, or the least of its
+        prompts' ``max_head[i]``; a lone prompt's: all but its last token); per prompt, its
+        unit's index among those heads; per head, its unit's first prompt."""
+        members: dict[int, list[int]] = {}
+        for i, u in enumerate(units or [0] * len(prompts)):
+            members.setdefault(u, []).append(i)
+        heads = []
+        for m in members.values():
+            h = self._head([prompts[i] for i in m]) if len(m) > 1 else len(prompts[m[0]]) - 1
+            cap = min(max_head[i] for i in m) if isinstance(max_head, list) else max_head
+            heads.append(prompts[m[0]][: h if cap is None else min(h, cap)])
+        slot = [0] * len(prompts)
+        for k, m in enumerate(members.values()):
+            for i in m:
+                slot[i] = k
+        return heads, slot, [m[0] for m in members.values()]
 
     def reasoned_stats(
         self,
@@ -141,13 +167,18 @@ class Scoring(Prefill):
         Context i is prompt i, then reasoning i (its final end-of-sequence token may be
         left out: the position that predicts it is still in the context), then a separator;
         so the positions that predict the reasoning are the context's own.  Gradients flow
-        outside ``torch.no_grad``.
+        outside ``torch.no_grad``.  Contexts of one prompt (several reasonings sampled at an
+        information state) run that prompt once where that runs fewer tokens than one head
+        shared by all (:meth:`_prompt_units`).
         """
-        scores, hidden, head = self._tree_scores(
-            contexts, candidates, max_head=min(len(p) for p in prompts) - 1
+        scores, hidden, heads = self._tree_scores(
+            contexts,
+            candidates,
+            max_head=[len(p) - 1 for p in prompts],
+            units=self._prompt_units(prompts),
         )
         logps, ents = [], []
-        for i, (p, r) in enumerate(zip(prompts, reasonings, strict=True)):
+        for i, (p, r, head) in enumerate(zip(prompts, reasonings, heads.tolist(), strict=True)):
             step = self._logits(
                 hidden[i, len(p) - 1 - head : len(p) + len(r) - 1 - head]
             ) / scale_temperature(temperature)
@@ -157,18 +188,34 @@ class Scoring(Prefill):
                 ents.append(-(logsm.exp() * logsm).sum(-1))
         return logps, ents, scores
 
+    def _prompt_units(self, prompts: list[list[int]]) -> list[int] | None:
+        """Units of identical prompts for :meth:`_tree_scores`, if running each distinct prompt
+        once costs fewer tokens than one head common to all and every prompt in full after it;
+        else None (one unit)."""
+        index: dict[tuple, int] = {}
+        units = [index.setdefault(tuple(p), len(index)) for p in prompts]
+        if len(index) == len(prompts) or not self.share_prefix:
+            return None
+        head = self._head(prompts)
+        shared = sum(len(p) - head for p in prompts) + head
+        return units if sum(len(p) for p in map(list, index)) < shared else None
+
     def separate_scores(
         self,
         prompts: list[list[int]],
         candidates: list[list[list[int]]],
         rows: Callable[[torch.Tensor], None],
+        units: list[int] | None = None,
     ) -> list[torch.Tensor]:
-        """``log p(c | prompt)`` for distinct ``prompts``, with no work shared between them:
-        every batch row of every forward serves one prompt, which ``rows(owner)`` hears
-        before the forward runs.  What each prompt contributes to a gradient can then be
-        read off its rows' activations (per-state Jacobians: the policy-target objective's
-        ``RowGrads``)."""
-        return self._tree_scores(prompts, candidates, max_head=0, rows=rows)[0]
+        """``log p(c | prompt)`` for distinct ``prompts``, with no work shared between units
+        (default: every prompt its own; the prompts of one unit run their common head once):
+        every batch row of every forward serves one unit, and ``rows(owner)`` hears before
+        the forward runs which prompt each row serves (a head's row: its unit's first).  What
+        each unit contributes to a gradient can then be read off its rows' activations
+        (per-state Jacobians: the policy-target objective's ``RowGrads``)."""
+        if units is None:
+            return self._tree_scores(prompts, candidates, max_head=0, rows=rows)[0]
+        return self._tree_scores(prompts, candidates, rows=rows, units=units)[0]
 
     def candidate_scores(
         self, prompts: list[list[int]], candidates: list[list[list[int]]]

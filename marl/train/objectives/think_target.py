@@ -290,6 +290,7 @@ def think_jacobian(
             [it.choice_prompt_ids for it in scored],
             [it.candidate_ids for it in scored],
             lambda owner: rows.owner(state_of[owner]),
+            unit,  # a state's contexts share its prompt: run once, and theirs alone
         )
     dists = [
         torch.log_softmax(x.float() / scale_temperature(it.temperature), 0)
