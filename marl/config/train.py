@@ -231,6 +231,13 @@ class PolicyTargetConfig(StrictModel):
         "difference (which the directions the states share dominate: a large ridge damps the "
         "state-specific ones away).",
     )
+    lengths: Int = Field(
+        6,
+        ge=1,
+        le=30,
+        description="gauss_newton: the step lengths each step tries, 1, 1/2, ..., "
+        "2^-(lengths - 1) of the full step (one loss evaluation each; the lowest kept).",
+    )
 
 
 class TrainConfig(StrictModel):

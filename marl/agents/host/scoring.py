@@ -8,11 +8,12 @@ training the scores are remembered per adapter until a weight they depend on cha
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from marl.agents.host.prefill import MIN_HEAD, Prefill
+from marl.agents.host.prefill import MIN_HEAD, Prefill, common_prefix
 from marl.agents.policy import scale_temperature
 from marl.agents.precision import compute_dtype
 
@@ -97,7 +98,7 @@ class Scoring(Prefill):
         heads, slot, firsts = self._unit_heads(prompts, max_head, units)
         if rows is not None and all(heads):
             rows(torch.tensor(firsts))
-        cache, mask = self._shared_heads(heads, slot)
+        cache, mask = self._heads_cache(heads, slot, nested=rows is None)
         hl = torch.tensor([len(heads[k]) if cache is not None else 0 for k in slot])
         tails = [p[h:] for p, h in zip(prompts, hl.tolist(), strict=True)]
         if rows is not None:
@@ -127,6 +128,22 @@ class Scoring(Prefill):
         dev = logp.device
         tok = logp.gather(2, target.to(dev)[..., None]).squeeze(2) * valid.to(dev)
         return list(tok.sum(1).split([len(cs) for cs in candidates])), hidden, hl
+
+    def _heads_cache(
+        self, heads: list[list[int]], slot: list[int], nested: bool
+    ) -> tuple[Any, torch.Tensor | None]:
+        """:meth:`_shared_heads` of the units' heads; ``nested``: what the heads themselves
+        begin with (a seat's system prompt and rules) runs once for all of them first, where
+        it is at least :data:`MIN_HEAD` tokens (not when each unit's work must stay its own)."""
+        common = common_prefix(heads) if nested and len(heads) > 1 and all(heads) else 0
+        if common < MIN_HEAD or not self.share_prefix:
+            return self._shared_heads(heads, slot)
+        cache, mask = self._shared_heads([heads[0][:common]], [0] * len(heads))
+        start = torch.full((len(heads),), common)
+        _, cache, mask = self._extend([h[common:] for h in heads], start, cache, mask)
+        rows = torch.tensor(slot)
+        cache.batch_select_indices(rows.to(self.device))
+        return cache, mask[rows]
 
     def _unit_heads(
         self,
@@ -168,8 +185,7 @@ class Scoring(Prefill):
         left out: the position that predicts it is still in the context), then a separator;
         so the positions that predict the reasoning are the context's own.  Gradients flow
         outside ``torch.no_grad``.  Contexts of one prompt (several reasonings sampled at an
-        information state) run that prompt once where that runs fewer tokens than one head
-        shared by all (:meth:`_prompt_units`).
+        information state) run that prompt once (:meth:`_prompt_units`).
         """
         scores, hidden, heads = self._tree_scores(
             contexts,
@@ -189,16 +205,11 @@ class Scoring(Prefill):
         return logps, ents, scores
 
     def _prompt_units(self, prompts: list[list[int]]) -> list[int] | None:
-        """Units of identical prompts for :meth:`_tree_scores`, if running each distinct prompt
-        once costs fewer tokens than one head common to all and every prompt in full after it;
-        else None (one unit)."""
+        """Units of identical prompts for :meth:`_tree_scores` where some prompt repeats (each
+        distinct prompt then runs once, after the head all share); else None (one unit)."""
         index: dict[tuple, int] = {}
         units = [index.setdefault(tuple(p), len(index)) for p in prompts]
-        if len(index) == len(prompts) or not self.share_prefix:
-            return None
-        head = self._head(prompts)
-        shared = sum(len(p) - head for p in prompts) + head
-        return units if sum(len(p) for p in map(list, index)) < shared else None
+        return units if len(index) < len(prompts) and self.share_prefix else None
 
     def separate_scores(
         self,

@@ -301,7 +301,9 @@ def adapter_gauss_newton(
                 parts = list(rows(group, params))
             return torch.cat([j for j, _ in parts]), torch.cat([r for _, r in parts])
 
-        best = gauss_newton_fit(linearise, params, loss, cfg.ridge, cfg.fit_steps, best).best
+        best = gauss_newton_fit(
+            linearise, params, loss, cfg.ridge, cfg.fit_steps, best, cfg.lengths
+        ).best
     return Fit(first, best)
 
 
