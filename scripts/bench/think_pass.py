@@ -7,7 +7,12 @@ with gradients.  ``ModelHost.reasoned_stats`` reads both off one forward over ea
 scoring after it, two forwards over the same tokens.  The script samples the reasonings with
 SmolLM2 on Kuhn positions, checks both ways agree to 1e-4, then times forward + backward.
 
+With ``--reads G`` the decisions are G reasonings at each of ``decisions / G`` positions (as
+``train.rollout: states`` asks them), and a third way runs the one pass with every context
+after one head common to all instead of each position's prompt once after it.
+
     .venv/bin/python -m scripts.bench.think_pass                  # 16 decisions, 32 tokens
+    .venv/bin/python -m scripts.bench.think_pass --decisions 48 --reads 4
     .venv/bin/python -m scripts.bench.think_pass --decisions 32 --model tiny-random
 """
 
@@ -40,7 +45,10 @@ def main() -> None:
     ap.add_argument("--decisions", type=int, default=16)
     ap.add_argument("--think-tokens", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--reads", type=int, default=1, help="reasonings per position")
     args = ap.parse_args()
+    if args.reads < 1 or args.decisions % args.reads:
+        ap.error(f"--reads must divide --decisions ({args.decisions}), got {args.reads}")
 
     host = load_host(args.model)
     host.add_adapter("p", r=16, alpha=32, seed=0)
@@ -56,8 +64,8 @@ def main() -> None:
     agent = Agent("p", "player", policy, "You are a poker player in a game of kuhn_poker.", "think")
     requests = [
         agent.request(env, env.agent_selection)
-        for env in random_positions("kuhn_poker", args.decisions, 0, moves=4)
-    ]
+        for env in random_positions("kuhn_poker", args.decisions // args.reads, 0, moves=4)
+    ] * args.reads
     t = time.perf_counter()
     responses = policy.act(requests)
     print(
@@ -77,16 +85,31 @@ def main() -> None:
     def one_pass():
         return host.reasoned_stats(prompts, reasonings, contexts, cands, 1.0, entropy=True)
 
+    def one_head():
+        units = host._prompt_units
+        host._prompt_units = lambda _: None
+        try:
+            return one_pass()
+        finally:
+            host._prompt_units = units
+
     ways = {
         "two passes (reasoning, then choice scoring)": two_passes,
         "one pass (reasoned_stats)": one_pass,
     }
+    if args.reads > 1:
+        ways = {
+            "two passes (reasoning, then choice scoring)": two_passes,
+            "one pass, one head for all contexts": one_head,
+            "one pass, each position's prompt once": one_pass,
+        }
     host.model.train()
     times: dict[str, list[float]] = {k: [] for k in ways}
     with host.use("p"):
         ref = [x.detach() for part in two_passes() for x in part]
-        got = [x.detach() for part in one_pass() for x in part]
-        assert all(torch.allclose(a, b, atol=1e-4) for a, b in zip(ref, got, strict=True))
+        for fn in list(ways.values())[1:]:
+            got = [x.detach() for part in fn() for x in part]
+            assert all(torch.allclose(a, b, atol=1e-4) for a, b in zip(ref, got, strict=True))
         for _ in range(args.repeats):
             for name, fn in ways.items():
                 t = time.perf_counter()

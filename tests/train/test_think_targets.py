@@ -170,14 +170,15 @@ def test_the_fit_lowers_the_kl_of_the_mixture() -> None:
     assert _hand_kl(host, items, targets) == pytest.approx(stats.fit_residual, rel=1e-4)
 
 
-def test_one_backward_per_action_gives_each_state_s_row_of_the_mixture_s_jacobian(
+def test_one_backward_per_action_gives_each_state_s_row_of_the_mean_move_s_jacobian(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The Gauss-Newton Jacobian of the mixtures' logit differences (each state's distinct
-    contexts scored apart, one backward per action index) equals one backward per value
-    (``jacobian``) through the learner's shared scoring of every decision, for three states of
-    three reasonings, one state with two legal actions and one with a reasoning sampled twice:
-    scored once, it weighs twice in the mixture."""
+    """The Gauss-Newton Jacobian (each state's distinct contexts scored apart, one backward per
+    action index) equals one backward per value (``jacobian``), through the learner's shared
+    scoring of every decision, of the mean over each state's reasonings of the move's logit
+    differences, and its residuals are the targets' less the mixtures' differences: for three
+    states of three reasonings, one state with two legal actions and one with a reasoning
+    sampled twice (scored once, it weighs twice in the mean and the mixture)."""
     host = _host()
     items = _think_items(host)
     items[1] = replace(  # state 0: reasoning 0 sampled twice
@@ -205,8 +206,10 @@ def test_one_backward_per_action_gives_each_state_s_row_of_the_mixture_s_jacobia
     )
     with host.use("red"):
         jac, residual = think_jacobian(learner, states, learner.params, b.targets)
-        values = torch.cat([m[1:] - m[0] for m in mixtures(states, learner.reasoned(items)[2])])
-        want = jacobian(values, learner.params)
+        dists = learner.reasoned(items)[2]
+        values = torch.cat([m[1:] - m[0] for m in mixtures(states, dists)])
+        means = [torch.stack(dists[i : i + 3]).mean(0) for i in range(0, len(dists), 3)]
+        want = jacobian(torch.cat([m[1:] - m[0] for m in means]), learner.params)
     assert scored == [8]
     assert jac.shape == want.shape == (2 + 2 + 1, sum(p.numel() for p in learner.params))
     assert float(want.abs().max()) > 0.1

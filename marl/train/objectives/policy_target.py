@@ -524,16 +524,18 @@ def difference_jacobian(
     targets: list[torch.Tensor],
     params: list[torch.nn.Parameter],
     rows: RowGrads,
+    moved: list[torch.Tensor] | None = None,
 ) -> Linearised:
     """Unit k's logit differences ``dists[k][a] - dists[k][0]``, a >= 1 (``dists``: log pi
     over each unit's actions, in the graph of forwards that ``rows`` watched with unit k's
     activations its own): their Jacobian over ``params`` ([rows, P], a row per (unit, a),
     units in order) from one backward pass per action index, and their residuals to the
-    ``targets``' (log-probs, in the same order)."""
+    ``targets``' (log-probs, in the same order).  With ``moved`` the Jacobian is that of
+    ``moved``'s differences instead (a surrogate the residuals are still ``dists``')."""
     width = max(len(d) for d in dists)
     per_action = []
     for a in range(1, width):
-        total = sum(d[a] - d[0] for d in dists if len(d) > a)
+        total = sum(d[a] - d[0] for d in (moved or dists) if len(d) > a)
         torch.autograd.grad(total, params, retain_graph=a < width - 1, allow_unused=True)
         per_action.append(rows.take())
     jac = [per_action[a - 1][k] for k, d in enumerate(dists) for a in range(1, len(d))]
