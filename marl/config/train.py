@@ -223,6 +223,13 @@ class PolicyTargetConfig(StrictModel):
         "reasoning is fitted to the target through the mixture over the sampled reasonings); "
         "0: the reasoning is not trained.",
     )
+    think_fit: Literal["mixture", "each"] = Field(
+        "mixture",
+        description="think roles: mixture: a state's move distribution, the mean over its "
+        "sampled reasonings of the move's after each, is fitted to its target (the move may "
+        "depend on the reasoning); each: the move after every reasoning is (the mean of their "
+        "KLs; the Gauss-Newton rows are per reasoning, every context run in full).",
+    )
     ridge: Float = Field(
         1e-6,
         gt=0,

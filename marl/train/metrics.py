@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from marl.agents.rollout import Episode, Turn
+from marl.config import TeamConfig
 from marl.train.advantages import Advantages, Samples
 from marl.train.learner import UpdateStats
 from marl.train.topology import deferral_rate
@@ -30,6 +31,13 @@ class StepMetrics:
     defers: bool
     magnet: bool
     games: bool = True  # False: train.rollout states, whose episodes are single decisions
+
+    @classmethod
+    def of(cls, cfg: TeamConfig, trainable_roles: set[str], magnet: bool) -> StepMetrics:
+        """The metrics of ``cfg``'s run: its branch count, deferring roles, rollout kind."""
+        assert cfg.train is not None
+        defers = any(r.defer is not None for r in cfg.roles)
+        return cls(trainable_roles, cfg.train.branch, defers, magnet, cfg.train.rollout != "states")
 
     def __call__(
         self,
@@ -53,6 +61,8 @@ class StepMetrics:
         }
         turns = [t for ep in episodes for t in ep.turns if t.role in self.trainable_roles]
         m.update(decision_metrics(turns, seconds["rollout"]))
+        pace = 60 * len(episodes) / max(sum(seconds.values()), 1e-9)  # the whole step's
+        m["games_per_min" if self.games else "decisions_per_min"] = round(pace, 2)
         if self.branch:
             m["branches"] = self.branch * sum(len(t.action_values or ()) for t in turns)
         if self.defers:

@@ -145,7 +145,6 @@ class Trainer:
             if self.tc.policies == "train"
             else set()
         )
-        self.defers = any(r.defer is not None for r in cfg.roles)
         self.exact_eval = (
             self.tc.eval_every > 0
             and hasattr(env, "root_state")
@@ -165,13 +164,7 @@ class Trainer:
             if self.tc.magnet.alpha > 0 and self.trainable_roles
             else None
         )
-        self.step_metrics = StepMetrics(
-            self.trainable_roles,
-            self.tc.branch,
-            self.defers,
-            self.magnet is not None,
-            games=self.tc.rollout != "states",
-        )
+        self.step_metrics = StepMetrics.of(cfg, self.trainable_roles, self.magnet is not None)
         if ckpt is not None:
             self._restore(ckpt)
         self.rollouts = Rollouts(
@@ -310,9 +303,7 @@ class Trainer:
             skipped,
             {"rollout": t1 - t0, "advantage": t2 - t1, "update": t3 - t2, "sync": t4 - t3},
         )
-        pace = "decisions_per_min" if visited else "games_per_min"
         metrics.update(snapshot=snap, staleness=staleness)
-        metrics[pace] = round(60 * len(episodes) / (t4 - t0), 2)
         if visited:
             metrics["states"] = visited
         if topology:

@@ -86,12 +86,11 @@ def main() -> None:
         return host.reasoned_stats(prompts, reasonings, contexts, cands, 1.0, entropy=True)
 
     def one_head():
-        units = host._prompt_units
-        host._prompt_units = lambda _: None
+        host.share_prompts = False
         try:
             return one_pass()
         finally:
-            host._prompt_units = units
+            host.share_prompts = True
 
     ways = {
         "two passes (reasoning, then choice scoring)": two_passes,

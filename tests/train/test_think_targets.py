@@ -317,3 +317,31 @@ def test_the_kuhn_think_target_recipe_runs_on_the_tiny_model(tmp_path: Path) -> 
     assert [h["step"] for h in hist] == [1, 2]
     assert all(_learner(h)["fit_residual"] <= _learner(h)["loss"] for h in hist)
     assert math.isfinite(hist[-1]["eval"]["exploitability"])  # eval_every 3: the last step
+
+
+def test_each_reasoning_s_move_is_fitted_to_its_state_s_target() -> None:
+    """``think_fit: each``: a Jacobian row per (distinct reasoning, a >= 1) equal to one backward
+    per value of the move's logit differences after that reasoning, residuals towards its
+    state's target; a Gauss-Newton update lowers the mean KL of the moves after every
+    reasoning."""
+    host = _host()
+    items = _think_items(host)
+    cfg = {"eta": 2.0, "solver": "gauss_newton", "think_fit": "each", "reasoning_weight": 0.0}
+    learner = Learner(train_config(lr=0.05, policy_target=cfg), host, ["red"])
+    objective = ThinkTarget(learner)
+    b = objective.batch(items)
+    before = objective.evaluate(b, grad=False).kl  # makes the targets
+    states = list(b.members.values())
+    with host.use("red"):
+        jac, residual = think_jacobian(learner, states, learner.params, b.targets, each=True)
+        dists = learner.reasoned(items)[2]
+        want = jacobian(torch.cat([d[1:] - d[0] for d in dists]), learner.params)
+    torch.testing.assert_close(jac, want, rtol=1e-4, atol=1e-5)
+    targets = [b.targets[state_key(s[0])] for s in states for _ in s]
+    wanted = torch.cat(
+        [(t[1:] - t[0]) - (d[1:] - d[0]).detach() for t, d in zip(targets, dists, strict=True)]
+    )
+    torch.testing.assert_close(residual, wanted, rtol=1e-5, atol=1e-5)
+    stats = learner.update(items)
+    assert stats.loss == pytest.approx(before, rel=1e-4)
+    assert stats.fit_residual < 0.5 * before

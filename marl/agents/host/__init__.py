@@ -28,7 +28,9 @@ class ModelHost(Adapters, PromptEncoding, Scoring, Generation):
     """A base causal LM plus named LoRA adapters, with batched scoring and generation.
 
     ``share_prefix = False`` turns off running the prompts' shared heads once (every row is
-    run in full, as libraries without prefix sharing do): a switch for benchmarks.
+    run in full, as libraries without prefix sharing do); ``share_prompts = False`` turns off
+    running a repeated prompt once for the think contexts after it (they share the one head
+    common to all instead): switches for benchmarks.
     """
 
     def __init__(self, model: torch.nn.Module, tokenizer, share_prefix: bool = True) -> None:
@@ -38,6 +40,7 @@ class ModelHost(Adapters, PromptEncoding, Scoring, Generation):
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
         self.share_prefix = share_prefix
+        self.share_prompts = True
         self.adapters: list[str] = []
         self.truncations = 0
         # candidate scores by adapter (None: base), then (prompt, candidate, compute dtype):

@@ -25,6 +25,7 @@ class Scoring(Prefill):
     """Sequence and candidate log-probs (a :class:`ModelHost` part)."""
 
     _memo: dict[str | None, dict[tuple, float]]
+    share_prompts: bool
     _memo_version: dict[str | None, tuple[int, ...]]
     _active: str | None
 
@@ -209,7 +210,8 @@ class Scoring(Prefill):
         distinct prompt then runs once, after the head all share); else None (one unit)."""
         index: dict[tuple, int] = {}
         units = [index.setdefault(tuple(p), len(index)) for p in prompts]
-        return units if len(index) < len(prompts) and self.share_prefix else None
+        repeats = len(index) < len(prompts)
+        return units if repeats and self.share_prefix and self.share_prompts else None
 
     def separate_scores(
         self,

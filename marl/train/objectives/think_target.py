@@ -203,7 +203,9 @@ class ThinkTarget:
 
         def rows(group: list[tuple], params: list[torch.nn.Parameter]) -> Iterator[Linearised]:
             for chunk in self._chunks(b, group):
-                yield think_jacobian(self.learner, chunk, params, b.targets)
+                yield think_jacobian(
+                    self.learner, chunk, params, b.targets, self.cfg.think_fit == "each"
+                )
 
         best = adapter_gauss_newton(self.learner, b, rows, kl, seen[0].kl).best
         if self.cfg.reasoning_weight > 0:
@@ -252,10 +254,12 @@ class ThinkTarget:
         learner, alpha = self.learner, self.learner.cfg.magnet.alpha
         items = [it for s in chunk for it in s]
         reasoned = learner.reasoned(items, learner.cfg.entropy > 0)
-        kls = [
-            target_kl(mix, b.target(state_key(s[0]), mix, self.cfg.eta, alpha))
-            for s, mix in zip(chunk, mixtures(chunk, reasoned[2]), strict=True)
-        ]
+        kls, at = [], 0
+        for s, mix in zip(chunk, mixtures(chunk, reasoned[2]), strict=True):
+            target = b.target(state_key(s[0]), mix, self.cfg.eta, alpha)
+            fitted = reasoned[2][at : at + len(s)] if self.cfg.think_fit == "each" else [mix]
+            kls.append(sum(target_kl(d, target) for d in fitted) / len(fitted))
+            at += len(s)
         logp, old, mask, _ = learner.think_logp(items, (reasoned[0], [], reasoned[2]))
         for row, it in enumerate(items):  # the move: fitted by the KL, not reinforced
             mask[row, len(it.completion_ids)] = 0
@@ -275,13 +279,16 @@ def think_jacobian(
     chunk: list[State],
     params: list[torch.nn.Parameter],
     targets: dict[tuple, torch.Tensor],
+    each: bool = False,
 ) -> Linearised:
     """The mixtures' logit differences f_s of ``chunk``'s states (module docstring), on
     ``learner``'s active adapter: their Jacobian over ``params`` ([rows, P], a row per
     (state, a >= 1)) and their residuals to the ``targets``'
     (:func:`.policy_target.difference_jacobian`).  Each state's distinct contexts are scored
     once, apart from every other, and all their batch rows count as the state's; a context
-    several decisions share weighs as many times in the mixture."""
+    several decisions share weighs as many times in the mixture.  ``each``: a row per
+    (distinct context, a >= 1) instead, the move after that reasoning towards its state's
+    target (every context run in full, on its own)."""
     scored: list[TrainItem] = []  # a decision per distinct context
     unit: list[int] = []  # its state's index in the chunk
     picks: list[list[int]] = []  # per state, per decision: its context's index in ``scored``
@@ -293,18 +300,22 @@ def think_jacobian(
                 scored.append(it)
                 unit.append(k)
         picks.append([index[tuple(it.choice_prompt_ids)] for it in s])
-    state_of = torch.tensor(unit)
-    with RowGrads(learner.host.model, params, len(chunk)) as rows, learner.compute():
+    state_of = torch.arange(len(scored)) if each else torch.tensor(unit)
+    units = len(scored) if each else len(chunk)
+    with RowGrads(learner.host.model, params, units) as rows, learner.compute():
         scores = learner.host.separate_scores(
             [it.choice_prompt_ids for it in scored],
             [it.candidate_ids for it in scored],
             lambda owner: rows.owner(state_of[owner]),
-            unit,  # a state's contexts share its prompt: run once, and theirs alone
+            None if each else unit,  # a state's contexts share its prompt: run once, theirs alone
         )
     dists = [
         torch.log_softmax(x.float() / scale_temperature(it.temperature), 0)
         for it, x in zip(scored, scores, strict=True)
     ]
+    if each:
+        own = [targets[state_key(chunk[k][0])] for k in unit]
+        return difference_jacobian(dists, own, params, rows)
     mixes = [mixture([dists[i] for i in p]) for p in picks]
     means = [torch.stack([dists[i] for i in p]).mean(0) for p in picks]
     wanted = [targets[state_key(s[0])] for s in chunk]
