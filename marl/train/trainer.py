@@ -151,8 +151,7 @@ class Trainer:
             and cfg.roles[0].backend in TABLE_BACKENDS
         )
         self.graph = graph_strategy(cfg, team_rollout, self.tc.seed)
-        self.step = 0
-        self.bad_steps = 0
+        self.step = self.bad_steps = 0
         self.best = BestCheckpoint(run, self.tc.checkpoint_every)
         self.runtime: Runtime = runtime or (
             RayRuntime(cfg) if self.tc.ray.enabled else LocalRuntime(cfg)
