@@ -221,13 +221,13 @@ def states_need_targets(cfg: TeamConfig) -> list[PathProblem]:
     tc = cfg.train
     if tc is None or tc.rollout != "states":
         return []
-    wrong = {
+    needs = {
         "policy_target.eta > 0": tc.policy_target.eta > 0,
         "policies: train": tc.policies == "train",
         "league.opponents: self": tc.league.opponents == "self" and not tc.league.anchors,
         "branch: 0": not tc.branch,
     }
-    missing = [k for k, ok in wrong.items() if not ok]
+    missing = [k for k, ok in needs.items() if not ok]
     if not missing:
         return []
     return [

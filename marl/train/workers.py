@@ -248,7 +248,7 @@ class RolloutWorker:
         for i, (_, _, agent, _) in enumerate(asks):
             by_policy.setdefault(id(agent.policy), []).append(i)
         size = self.cfg.train.concurrency if self.cfg.train else 64
-        out: list[Episode | None] = [None] * len(specs)
+        out: dict[int, Episode] = {}
         for rows in by_policy.values():
             for part in (rows[j : j + size] for j in range(0, len(rows), size)):
                 t0 = time.perf_counter()
@@ -261,9 +261,11 @@ class RolloutWorker:
                     turn = decision_turn(
                         specs[i].index, who, agent, req.legal, resp, action, public, per
                     )
-                    name = env.metadata["name"]
-                    out[i] = Episode(specs[i].index, name, specs[i].seed, {who: agent.name}, [turn])
-        return [ep for ep in out if ep is not None]
+                    seats = {who: agent.name}
+                    out[i] = Episode(
+                        specs[i].index, self.cfg.game.name, specs[i].seed, seats, [turn]
+                    )
+        return [out[i] for i in range(len(specs))]
 
     @cached_property
     def _states(self) -> tuple[list[tuple[str, int, list[int]]], dict]:

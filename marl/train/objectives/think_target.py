@@ -281,10 +281,10 @@ def think_jacobian(
     targets: dict[tuple, torch.Tensor],
     each: bool = False,
 ) -> Linearised:
-    """The mixtures' logit differences f_s of ``chunk``'s states (module docstring), on
-    ``learner``'s active adapter: their Jacobian over ``params`` ([rows, P], a row per
-    (state, a >= 1)) and their residuals to the ``targets``'
-    (:func:`.policy_target.difference_jacobian`).  Each state's distinct contexts are scored
+    """On ``learner``'s active adapter, the Jacobian over ``params`` of the mean move's logit
+    differences g_s of ``chunk``'s states ([rows, P], a row per (state, a >= 1)) and the
+    residuals of the mixtures' f_s to the ``targets``' (module docstring;
+    :func:`.policy_target.difference_jacobian`).  Each state's distinct contexts are scored
     once, apart from every other, and all their batch rows count as the state's; a context
     several decisions share weighs as many times in the mixture.  ``each``: a row per
     (distinct context, a >= 1) instead, the move after that reasoning towards its state's
