@@ -223,12 +223,15 @@ class PolicyTargetConfig(StrictModel):
         "reasoning is fitted to the target through the mixture over the sampled reasonings); "
         "0: the reasoning is not trained.",
     )
-    think_fit: Literal["mixture", "each"] = Field(
+    think_fit: Literal["mixture", "each", "pooled"] = Field(
         "mixture",
         description="think roles: mixture: a state's move distribution, the mean over its "
         "sampled reasonings of the move's after each, is fitted to its target (the move may "
         "depend on the reasoning); each: the move after every reasoning is (the mean of their "
-        "KLs; the Gauss-Newton rows are per reasoning, every context run in full).",
+        "KLs; the Gauss-Newton rows are per reasoning, every context run in full); pooled: the "
+        "mixture after reasonings drawn from every state with the same legal moves, the same "
+        "ones for each of those states, so only what the prompts tell apart can separate them "
+        "(needs reasoning_weight: 0).",
     )
     ridge: Float = Field(
         1e-6,
@@ -245,6 +248,15 @@ class PolicyTargetConfig(StrictModel):
         description="gauss_newton: the step lengths each step tries, 1, 1/2, ..., "
         "2^-(lengths - 1) of the full step (one loss evaluation each; the lowest kept).",
     )
+
+    @model_validator(mode="after")
+    def _pooled_reasonings(self) -> PolicyTargetConfig:
+        if self.think_fit == "pooled" and self.reasoning_weight > 0:
+            raise ValueError(
+                "think_fit: pooled scores each state's move after other states' reasonings, "
+                "which that state did not write: set reasoning_weight: 0"
+            )
+        return self
 
 
 class TrainConfig(StrictModel):

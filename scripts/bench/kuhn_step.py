@@ -1,11 +1,13 @@
 """Seconds of one Kuhn self-play training step, engine by engine: choice decoding with 128 games
-and free text with 64, as ``configs/kuhn_selfplay.yaml`` trains (league, entropy, common mode).
+and free text with 64, as ``configs/kuhn_selfplay.yaml`` trains (league, entropy, common mode),
+and think-then-act with 64, as ``configs/kuhn_think.yaml`` trains (32 reasoning tokens).
 
 Each variant runs in a fresh interpreter: ``Trainer`` on the config with the variant's backend
 and precisions, ``--steps`` steps (the first warms up: model conversion, first-call
 allocations, engine start-up), and the figures of the last step (rollout, update, whole step)
-are printed next to the default engine's (transformers fp32) of the same run.  The free-text
-variants sample 24 new tokens at temperature 1.
+are printed next to the default engine's (transformers fp32) of the same run, with games per
+minute and their ratio to choice decoding's in the same precision.  The free-text variants
+sample 24 new tokens at temperature 1.
 
     .venv/bin/python -m scripts.bench.kuhn_step                 # SmolLM2-135M
     .venv/bin/python -m scripts.bench.kuhn_step --model tiny-random-vllm --steps 2
@@ -37,12 +39,18 @@ VARIANTS = [
     ("free, transformers fp32", "free", "hf", "fp32", "fp32"),
     ("free, transformers bf16", "free", "hf", "bf16", "bf16"),
     ("free, vLLM-CPU bf16, learner bf16", "free", "vllm", "bf16", "bf16"),
+    ("think, transformers fp32", "think", "hf", "fp32", "fp32"),
+    ("think, transformers bf16", "think", "hf", "bf16", "bf16"),
+    ("think, vLLM-CPU bf16, learner bf16", "think", "vllm", "bf16", "bf16"),
+    ("think, vLLM-CPU fp32, learner fp32", "think", "vllm", "fp32", "fp32"),
 ]
+#: The recipe each decoding mode trains as.
+RECIPES = {"choice": "kuhn_selfplay", "free": "kuhn_selfplay", "think": "kuhn_think"}
 
 
 def config(model: str, mode: str, backend: str, rollout: str, learner: str, steps: int):
-    sampling = {} if mode == "choice" else {"temperature": 1.0, "max_new_tokens": 24}
-    cfg = recipe("kuhn_selfplay", model, backend, mode=mode, precision=rollout, **sampling)
+    sampling = {"temperature": 1.0, "max_new_tokens": 24} if mode == "free" else {}
+    cfg = recipe(RECIPES[mode], model, backend, mode=mode, precision=rollout, **sampling)
     games = {"group_size": 8, "groups_per_step": 16 if mode == "choice" else 8}
     train = cfg.train.replace(
         steps=steps,
@@ -76,6 +84,34 @@ def run_variant(args: argparse.Namespace) -> dict:
         "parse_error_rate": last["parse_error_rate"],
         "tokens_per_s": last["tokens_per_s"],
     }
+
+
+def games_per_min(r: dict | None) -> float | None:
+    return None if not r or "error" in r else 60.0 * r["episodes"] / r["step_s"]
+
+
+def row(variant: tuple[str, ...], results: dict[str, dict]) -> list[str]:
+    """One table row: the variant's step against transformers fp32 in its mode, and its games
+    per minute against choice decoding's on transformers in the same rollout precision."""
+    label, mode, _, rollout, _ = variant
+    r = results[label]
+    if "error" in r:
+        return [label, "failed: " + r["error"][:60], *[""] * 7]
+    fp32 = results.get(next(v[0] for v in VARIANTS if v[1:4] == (mode, "hf", "fp32")))
+    choice = results.get(next(v[0] for v in VARIANTS if v[1:4] == ("choice", "hf", rollout)))
+    ratio = f"{fp32['step_s'] / r['step_s']:.2f}x" if fp32 and "error" not in fp32 else ""
+    pace, choice_pace = games_per_min(r), games_per_min(choice)
+    return [
+        label,
+        str(r["episodes"]),
+        f"{r['rollout_s']:.1f}",
+        f"{r['update_s']:.1f}",
+        f"{r['step_s']:.1f}",
+        ratio,
+        f"{pace:.0f}",
+        f"1/{choice_pace / pace:.1f}" if choice_pace and mode != "choice" else "",
+        f"{r['parse_error_rate']:.2f}",
+    ]
 
 
 def main() -> None:
@@ -130,31 +166,13 @@ def main() -> None:
         "update s",
         "step s",
         "speed-up vs fp32",
+        "games/min",
+        "vs choice",
         "parse errors",
     ):
         table.add_column(col, justify="left" if col == "variant" else "right")
-    base = {
-        mode: results.get(
-            next(v[0] for v in VARIANTS if v[1] == mode and v[2] == "hf" and v[3] == "fp32")
-        )
-        for mode in ("choice", "free")
-    }
-    for label, mode, *_rest in (VARIANTS[k - 1] for k in chosen):
-        r = results[label]
-        if "error" in r:
-            table.add_row(label, "failed: " + r["error"][:60], "", "", "", "", "")
-            continue
-        b = base[mode]
-        ratio = f"{b['step_s'] / r['step_s']:.2f}x" if b and "error" not in b else ""
-        table.add_row(
-            label,
-            str(r["episodes"]),
-            f"{r['rollout_s']:.1f}",
-            f"{r['update_s']:.1f}",
-            f"{r['step_s']:.1f}",
-            ratio,
-            f"{r['parse_error_rate']:.2f}",
-        )
+    for k in chosen:
+        table.add_row(*row(VARIANTS[k - 1], results))
     Console().print(table)
     print(f"load average at end: {os.getloadavg()}")
 

@@ -18,8 +18,9 @@ from helpers import build_tiny_host, tiny_smoke, tiny_team, train_config
 from marl.agents.host import ModelHost
 from marl.agents.host.generation import THINK_SEPARATOR
 from marl.config import ConfigError, load_config_text
+from marl.config.train import PolicyTargetConfig
 from marl.train.learner import Learner, TrainItem, magnet_adapter
-from marl.train.objectives.policy_target import jacobian, state_key
+from marl.train.objectives.policy_target import jacobian, state_key, target_batch
 from marl.train.objectives.think_target import ThinkTarget, mixtures, think_jacobian
 from marl.train.trainer import Trainer
 
@@ -34,17 +35,20 @@ def _host() -> ModelHost:
     return host
 
 
-def _think_items(host: ModelHost, states: int = 3, per_state: int = 3) -> list[TrainItem]:
-    """Think decisions: ``per_state`` random reasonings at each of ``states`` prompts, the
-    sampling-time log-probs the current policy's minus 0.1 per reasoning token (a ratio of
-    e^0.1, inside the clip) and minus a different amount per move (which the reasoning term
-    must leave out)."""
+def _think_items(
+    host: ModelHost, states: int = 3, per_state: int = 3, alike: int = 1
+) -> list[TrainItem]:
+    """Think decisions: ``per_state`` random reasonings at each of ``states`` prompts (the
+    first ``alike`` states with the same legal moves), the sampling-time log-probs the current
+    policy's minus 0.1 per reasoning token (a ratio of e^0.1, inside the clip) and minus a
+    different amount per move (which the reasoning term must leave out)."""
     rng = random.Random(0)
     sep = host.text_ids(THINK_SEPARATOR)
     items = []
     for s in range(states):
         prompt = [rng.randrange(3, 200) for _ in range(5)]
-        cands = [[rng.randrange(3, 200) for _ in range(2)] for _ in range(3)]
+        if s == 0 or s >= alike:
+            cands = [[rng.randrange(3, 200) for _ in range(2)] for _ in range(3)]
         for j in range(per_state):
             z = [rng.randrange(3, 200) for _ in range(rng.randint(2, 4))]
             items.append(
@@ -345,3 +349,34 @@ def test_each_reasoning_s_move_is_fitted_to_its_state_s_target() -> None:
     stats = learner.update(items)
     assert stats.loss == pytest.approx(before, rel=1e-4)
     assert stats.fit_residual < 0.5 * before
+
+
+def test_pooled_states_are_scored_after_the_same_reasonings_drawn_from_theirs() -> None:
+    """``think_fit: pooled``: the states with the same legal moves are each scored after the
+    same reasonings, drawn from the ones they wrote, behind their own prompts; a state alone
+    in its pool keeps its own; a Gauss-Newton update lowers the pooled KL.  With a reasoning
+    weight the setting is refused."""
+    host = _host()
+    sep = host.text_ids(THINK_SEPARATOR)
+    items = _think_items(host, states=3, per_state=3, alike=2)
+    cfg = {"eta": 2.0, "solver": "gauss_newton", "think_fit": "pooled", "reasoning_weight": 0.0}
+    learner = Learner(train_config(lr=0.05, policy_target=cfg), host, ["red"])
+    objective = ThinkTarget(learner)
+    own = {k: [it.completion_ids for it in g] for k, g in target_batch(items).members.items()}
+    a, b, alone = own
+    mixed = 0
+    for _ in range(5):  # each batch draws again
+        tails = {}
+        for key, group in objective.batch(items).members.items():
+            assert len(group) == 3
+            for it in group:
+                assert it.choice_prompt_ids == list(key[1]) + it.completion_ids + sep
+            tails[key] = [it.completion_ids for it in group]
+        assert tails[a] == tails[b] and all(z in own[a] + own[b] for z in tails[a])
+        mixed += any(z in own[a] for z in tails[a]) and any(z in own[b] for z in tails[a])
+        assert sorted(tails[alone]) == sorted(own[alone])
+    assert mixed > 0
+    stats = learner.update(items)
+    assert stats.loss > 0 and stats.fit_residual < 0.5 * stats.loss
+    with pytest.raises(ValueError, match="think_fit: pooled .* set reasoning_weight: 0"):
+        PolicyTargetConfig(**{**cfg, "reasoning_weight": 0.5})

@@ -57,6 +57,14 @@ The solver (``train.policy_target.solver``) fits it in one of two ways:
   them and no work shared with other states, every batch row of them counting as the
   state's; a reasoning sampled twice weighs twice in pibar and in g.
 
+``train.policy_target.think_fit`` says whose moves are fitted: ``mixture`` (above), ``each``
+(the move after every reasoning to its state's target, the mean of those KLs) or ``pooled``:
+the states with the same legal moves are all scored after the same reasonings, drawn from the
+ones those states wrote (:func:`pool_reasonings`), and their mixtures fitted.  Reasonings that
+follow their own state's prompt let a least-norm step tell the states apart by the words
+sampled there rather than by the card; behind a shared set of reasonings only the prompt
+differs.  The loss and the fit's residual are then those of the pooled mixtures.
+
 A state's decisions are scored in one micro-batch (its mixture needs every reasoning in one
 graph), so a state with more than ``train.learner.micro_batch`` decisions takes one alone.
 """
@@ -64,6 +72,8 @@ graph), so a state with more than ``train.learner.micro_batch`` decisions takes 
 from __future__ import annotations
 
 import math
+import random
+from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
@@ -118,6 +128,35 @@ def state_chunks(states: list[State], size: int) -> list[list[State]]:
     return chunks
 
 
+def pool_key(it: TrainItem) -> tuple:
+    """The states whose reasonings :func:`pool_reasonings` pools: one adapter, temperature
+    and set of legal moves (in Kuhn poker, the cards a seat may hold at one point of play)."""
+    return (it.adapter, tuple(map(tuple, it.candidate_ids)), it.temperature)
+
+
+def pool_reasonings(b: TargetBatch, rng: random.Random) -> None:
+    """``think_fit: pooled``: every state of a pool (:func:`pool_key`) scored after the same
+    reasonings, drawn without replacement from all those the pool's states wrote, as many as
+    the state has decisions (its mixture keeps its size).  A state's decision j becomes its
+    prompt followed by drawn reasoning j; since the states of a pool then differ only in their
+    prompts, only what the prompts tell apart (the card) can move their moves apart."""
+    pools: dict[tuple, list[TrainItem]] = defaultdict(list)
+    for group in b.members.values():
+        pools[pool_key(group[0])].extend(group)
+    drawn = {k: rng.sample(pool, len(pool)) for k, pool in pools.items()}
+    for key, group in b.members.items():
+        shared = drawn[pool_key(group[0])]
+        b.members[key] = [
+            replace(
+                it,
+                completion_ids=z.completion_ids,
+                old_logprobs=z.old_logprobs,
+                choice_prompt_ids=it.prompt_ids + z.choice_prompt_ids[len(z.prompt_ids) :],
+            )
+            for it, z in zip(group, shared, strict=False)
+        ]
+
+
 def reasoning_advantages(b: TargetBatch) -> None:
     """Every decision's advantage made Q(s, a) - V(s) from the batch's action values, V(s) the
     mean of Q(s, a) over the state's decisions: the advantage of the reasoning that led to a."""
@@ -156,6 +195,7 @@ class ThinkTarget:
 
     def __init__(self, learner: Learner) -> None:
         self.learner, self.cfg = learner, learner.cfg.policy_target
+        self.rng = random.Random(learner.cfg.seed)  # think_fit: pooled draws
 
     def update(self, items: list[TrainItem]) -> UpdateStats:
         if any(it.kind != "think" for it in items):
@@ -217,6 +257,8 @@ class ThinkTarget:
         magnet) the magnet's mixtures."""
         b = target_batch(items)
         reasoning_advantages(b)
+        if self.cfg.think_fit == "pooled":
+            pool_reasonings(b, self.rng)
         if self.learner.cfg.magnet.alpha > 0:
             with torch.no_grad(), self.learner.compute():
                 for adapter, group in b.by_adapter.items():
