@@ -64,7 +64,19 @@ PANELS = {
         for k, lr in _dicts(r.get("learner")).items()
         for m in ("kl", "entropy")
     ],
-    "evaluation": lambda r: list(_dicts(r.get("eval")).items()),
+    "evaluation": lambda r: [
+        *_dicts(r.get("eval")).items(),
+        (
+            "exploitability, read from the step's decisions",
+            _dicts(r.get("states")).get("exploitability"),
+        ),
+    ],
+    "policy targets: KL to the targets": lambda r: [
+        (f"{k} {label}", _dicts(lr).get(m))
+        for k, lr in _dicts(r.get("learner")).items()
+        if "fit_residual" in _dicts(lr)
+        for m, label in (("loss", "before the fit"), ("fit_residual", "after"))
+    ],
     "unplayable answers": lambda r: [
         ("parse errors", r.get("parse_error_rate")),
         ("illegal moves", r.get("illegal_move_rate")),

@@ -74,3 +74,34 @@ def test_lines_missing_fields_are_skipped_not_fatal(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["plot", str(tmp_path), "--out", str(tmp_path / "c.png")])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "c.png").stat().st_size > 0
+
+
+def test_a_policy_target_run_plots_its_reads_and_its_fits(tmp_path: Path, captured: list) -> None:
+    """Policy-target rows: the table read from each step's decisions beside the evaluations,
+    and the KL to the targets before and after each fit; a GRPO run draws no fit panel."""
+    rows = [
+        {
+            "step": s,
+            "states": {"exploitability": 0.3 - 0.02 * s, "reads": 4},
+            "learner": {"m": {"kl": 0.0, "entropy": 0.4, "loss": 0.05, "fit_residual": 0.01}},
+            **({"eval": {"exploitability": 0.31 - 0.02 * s}} if s % 2 else {}),
+        }
+        for s in range(1, 6)
+    ]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    plots.plot_run(tmp_path)
+    [fig] = captured
+    ev = next(a for a in fig.axes if a.get_title() == "evaluation")
+    labels = ev.get_legend_handles_labels()[1]
+    assert labels == ["exploitability", "exploitability, read from the step's decisions"]
+    read = ev.get_lines()[1]
+    assert list(read.get_xdata()) == [1, 2, 3, 4, 5]
+    assert read.get_ydata()[-1] == pytest.approx(0.2)
+    fit = next(a for a in fig.axes if a.get_title() == "policy targets: KL to the targets")
+    assert fit.get_legend_handles_labels()[1] == ["m after", "m before the fit"]
+    grpo = tmp_path / "grpo"
+    grpo.mkdir()
+    (grpo / "metrics.jsonl").write_text(json.dumps(_row(1, snapshots=0)) + "\n")
+    plots.plot_run(grpo)
+    titles = [a.get_title() for a in captured[1].axes]
+    assert "KL / entropy" in titles and "policy targets: KL to the targets" not in titles
