@@ -79,6 +79,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from marl.agents.host import ModelHost
+from marl.agents.host.generation import think_contexts
 from marl.agents.policy import scale_temperature
 from marl.train.learner import Learner, TrainItem, UpdateStats, magnet_adapter
 from marl.train.loss import LossParts, grpo_loss
@@ -134,7 +136,7 @@ def pool_key(it: TrainItem) -> tuple:
     return (it.adapter, tuple(map(tuple, it.candidate_ids)), it.temperature)
 
 
-def pool_reasonings(b: TargetBatch, rng: random.Random) -> None:
+def pool_reasonings(b: TargetBatch, rng: random.Random, host: ModelHost) -> None:
     """``think_fit: pooled``: every state of a pool (:func:`pool_key`) scored after the same
     reasonings, drawn without replacement from all those the pool's states wrote, as many as
     the state has decisions (its mixture keeps its size).  A state's decision j becomes its
@@ -145,15 +147,18 @@ def pool_reasonings(b: TargetBatch, rng: random.Random) -> None:
         pools[pool_key(group[0])].extend(group)
     drawn = {k: rng.sample(pool, len(pool)) for k, pool in pools.items()}
     for key, group in b.members.items():
-        shared = drawn[pool_key(group[0])]
+        shared = drawn[pool_key(group[0])][: len(group)]
+        contexts = think_contexts(
+            host, [it.prompt_ids for it in group], [z.completion_ids for z in shared]
+        )
         b.members[key] = [
             replace(
                 it,
                 completion_ids=z.completion_ids,
                 old_logprobs=z.old_logprobs,
-                choice_prompt_ids=it.prompt_ids + z.choice_prompt_ids[len(z.prompt_ids) :],
+                choice_prompt_ids=c,
             )
-            for it, z in zip(group, shared, strict=False)
+            for it, z, c in zip(group, shared, contexts, strict=True)
         ]
 
 
@@ -258,7 +263,7 @@ class ThinkTarget:
         b = target_batch(items)
         reasoning_advantages(b)
         if self.cfg.think_fit == "pooled":
-            pool_reasonings(b, self.rng)
+            pool_reasonings(b, self.rng, self.learner.host)
         if self.learner.cfg.magnet.alpha > 0:
             with torch.no_grad(), self.learner.compute():
                 for adapter, group in b.by_adapter.items():
