@@ -12,7 +12,13 @@ import random
 import torch
 
 from marl.agents.host import ModelHost
-from marl.agents.host.generation import reasoning_text, think_contexts, think_responses
+from marl.agents.host.generation import (
+    answer_ids,
+    free_responses,
+    reasoning_text,
+    think_contexts,
+    think_responses,
+)
 from marl.agents.host.prompts import role_prompts
 from marl.agents.policy import (
     Request,
@@ -90,18 +96,7 @@ class HFPolicy:
             comps, logps = self.host.generate(
                 prompts, self.max_new_tokens, self.temperature, self.top_p, self._seed()
             )
-        tok = self.host.tokenizer
-        return [
-            Response(
-                text=tok.decode(c, skip_special_tokens=True),
-                prompt_ids=p,
-                completion_ids=c,
-                logprobs=lp,
-                truncated_prompt=t,
-                temperature=self.temperature,
-            )
-            for p, c, lp, t in zip(prompts, comps, logps, cut, strict=True)
-        ]
+        return free_responses(self.host, requests, prompts, comps, logps, cut, self.temperature)
 
     @torch.no_grad()
     def _scores(
@@ -163,6 +158,17 @@ class HFPolicy:
         with self.host.use(self.adapter), self._compute():
             _, scores = self._scores(requests, prompts)
         return [choice_probs(s, self.temperature) for s in scores]
+
+    @torch.no_grad()
+    def answer_probs(self, requests: list[Request]) -> list[list[float]]:
+        """Free decoding: the probability of each legal move's own answer
+        (:func:`~marl.agents.host.generation.answer_ids`), as sampling at temperature 1
+        draws it, per request."""
+        prompts, _ = self._prompts(requests)
+        answers = [answer_ids(self.host, r.action_texts) for r in requests]
+        with self.host.use(self.adapter), self._compute():
+            scores = self.host.candidate_scores(prompts, answers)
+        return [s.double().exp().tolist() for s in scores]
 
     def reasonings(self, requests: list[Request]) -> list[list[int]]:
         """One sampled reasoning per request (token ids, as :meth:`act` samples them)."""

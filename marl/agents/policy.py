@@ -54,6 +54,9 @@ class Response:
     Think decoding: ``completion_ids`` are the reasoning tokens, ``logprobs`` their log-probs
     followed by the choice's, and ``choice_prompt_ids`` the context the candidates were scored
     after (prompt, reasoning, separator); ``text`` is the reasoning and the move.
+
+    Free decoding: ``answer_ids`` are the complete answers that name one legal move each
+    (its text, then the end of the answer), in ``legal`` order, for policy targets.
     """
 
     text: str
@@ -64,6 +67,7 @@ class Response:
     candidate_ids: list[list[int]] | None = None
     action_probs: list[float] | None = None  # choice decoding: the sampling distribution
     choice_prompt_ids: list[int] | None = None  # think decoding
+    answer_ids: list[list[int]] | None = None  # free decoding: each legal move's own answer
     truncated_prompt: bool = False
     temperature: float = 1.0  # what the policy sampled at; 0: greedy
     usage: tuple[int, int] | None = None  # (prompt, completion) tokens a server reported

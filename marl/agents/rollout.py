@@ -68,6 +68,7 @@ class Turn:
     choice: int | None = None  # index into candidate_ids (choice decoding)
     action_probs: list[float] | None = None  # the distribution ``choice`` was drawn from
     choice_prompt_ids: list[int] | None = None  # think decoding: what the choice followed
+    answer_ids: list[list[int]] | None = None  # free decoding: the legal moves' own answers
     public: Hashable | None = None  # the game's public_state at the decision, if it has one
     action_values: list[float] | None = None  # branched: mean return after each legal action
     temperature: float = 1.0  # the response's sampling temperature (0: greedy)
@@ -135,10 +136,48 @@ def decision_turn(
         choice=resp.choice,
         action_probs=resp.action_probs,
         choice_prompt_ids=resp.choice_prompt_ids,
+        answer_ids=resp.answer_ids,
         public=public,
         temperature=resp.temperature,
         seconds=seconds,
     )
+
+
+def read_action(
+    env: TextGame, agent_id: str, legal: list[int], resp: Response
+) -> tuple[int | None, str | None]:
+    """The move ``resp`` names (its choice, or its text parsed by the game; None: no move)
+    and, when that cannot be played, why."""
+    if resp.choice is not None:
+        return legal[resp.choice], None
+    parsed = env.parse_action(agent_id, resp.text)
+    if isinstance(parsed, InvalidAction):
+        return None, parsed.reason
+    if parsed not in legal:
+        return parsed, f"{env.action_text(parsed)} is not a legal move now"
+    return parsed, None
+
+
+def move_read(legal: list[int], action: int | None) -> list[float]:
+    """One free-text answer as a draw of its policy over ``legal``: the move it named, or for
+    an unplayable answer (``action`` None or not legal) a uniformly random legal move, what
+    ``invalid_moves: penalty`` plays in its place."""
+    if action in legal:
+        return [float(a == action) for a in legal]
+    return [1 / len(legal)] * len(legal)
+
+
+def answer_read(
+    masses: list[float], resp: Response, legal: list[int], action: int | None
+) -> list[float]:
+    """A free-text policy's move distribution at a state, read without bias from one sampled
+    answer and the exact probabilities ``masses`` of the legal moves' own answers
+    (``resp.answer_ids``): those masses, plus the sampled answer's :func:`move_read` when it
+    is none of those answers.  Its mean is the policy's distribution (an unplayable answer
+    counted as a random legal move); once nearly every answer is one of them, nearly exact."""
+    if resp.completion_ids in (resp.answer_ids or []):
+        return list(masses)
+    return [m + r for m, r in zip(masses, move_read(legal, action), strict=True)]
 
 
 def retry_request(request: Request, answer: str, error: str) -> Request:
@@ -289,16 +328,7 @@ class RolloutEngine:
     ) -> None:
         env, agent = r.env, r.seats[agent_id]
         public = env.public_state(agent_id)
-        error = None
-        if resp.choice is not None:
-            action: int | None = legal[resp.choice]
-        else:
-            parsed = env.parse_action(agent_id, resp.text)
-            action = None if isinstance(parsed, InvalidAction) else parsed
-            if action is None:
-                error = parsed.reason
-            elif action not in legal:
-                error = f"{env.action_text(action)} is not a legal move now"
+        action, error = read_action(env, agent_id, legal, resp)
         turn = decision_turn(r.episode.index, agent_id, agent, legal, resp, action, public, seconds)
         r.episode.turns.append(turn)
         r.last_turn[agent_id] = turn

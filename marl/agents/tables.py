@@ -11,7 +11,9 @@ A policy that reasons before it chooses (think decoding) has no exact table here
 distribution at a state is the mean over reasonings of the choice distribution after each.
 :func:`agent_report` samples K reasonings per state, evaluates the table of their means, and
 gives a percentile bootstrap interval (the K samples of every state resampled with
-replacement, independently per state).
+replacement, independently per state).  A free-text policy's table is read the same way from
+K sampled answers per state, each the move the game parses from it (an unplayable answer: a
+uniformly random legal move), with the share of unplayable answers beside it.
 
 In perfect-information games (tic-tac-toe, Nim, small Connect Four) :func:`outcome_report`
 reads the player's distribution at every position it can reach against a bot with fixed
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from marl.agents import Agent
+from marl.agents.rollout import move_read, read_action
 from marl.games import TextGame, make
 from marl.games.analysis import exploitability, info_state_envs
 from marl.games.perfect_info import GameSpec, decision_positions, outcome_probabilities
@@ -38,7 +41,7 @@ Table = dict[str, dict[int, float]]
 @dataclass
 class ExploitabilityReport:
     """``interval`` (sampled tables only): the bootstrap interval at ``level``, from
-    ``samples`` reads per information state."""
+    ``samples`` reads per information state (answers, for free text)."""
 
     game: str
     exploitability: float
@@ -46,6 +49,7 @@ class ExploitabilityReport:
     interval: tuple[float, float] | None = None
     samples: int = 1
     level: float = 0.95
+    unplayable: float | None = None  # free text: the share of answers no move could be read from
 
 
 #: Model backends whose policies report their choice distribution (vLLM and remote
@@ -151,12 +155,36 @@ def draws_report(
     )
 
 
+def answers_report(agent: Agent, game: str, samples: int, batch: int = 32) -> ExploitabilityReport:
+    """A free-text agent's exploitability from ``samples`` sampled answers per information
+    state, each read as the move the game parses from it (:func:`move_read`), with the
+    bootstrap interval of :func:`draws_report` and the share of unplayable answers."""
+    positioned = info_state_envs(game)
+    positions = list(positioned.values()) * samples
+    reads, unplayable = [], 0
+    for i in range(0, len(positions), batch):
+        requests = [agent.request(env, who) for env, who in positions[i : i + batch]]
+        for req, resp in zip(requests, agent.policy.act(requests), strict=True):
+            action, error = read_action(req.env, req.agent, req.legal, resp)
+            unplayable += error is not None
+            move = None if error else action
+            reads.append(dict(zip(req.legal, move_read(req.legal, move), strict=True)))
+    n = len(positioned)
+    draws = {k: [reads[j * n + i] for j in range(samples)] for i, k in enumerate(positioned)}
+    report = draws_report(draws, game)
+    report.unplayable = unplayable / len(positions)
+    return report
+
+
 def agent_report(
     agent: Agent, game: str, samples: int = 1, batch: int = 32
 ) -> ExploitabilityReport:
     """A model agent's exploitability: exact from its choice distribution, or, for a policy
     whose table is sampled (``sampled_table``: think decoding), from ``samples`` reasonings
-    per information state with their bootstrap interval."""
+    per information state with their bootstrap interval; a free-text agent's from its
+    sampled answers (:func:`answers_report`)."""
+    if agent.mode == "free" and agent.role != "bot":
+        return answers_report(agent, game, samples, batch)
     read = agent_probs(agent, batch)
     if getattr(agent.policy, "sampled_table", False):
         return sampled_report(read, game, samples)

@@ -35,7 +35,7 @@ import torch
 
 from marl.agents.hf_policy import MODES
 from marl.agents.host import ModelHost
-from marl.agents.host.generation import think_contexts, think_responses
+from marl.agents.host.generation import free_responses, think_contexts, think_responses
 from marl.agents.host.prompts import role_prompts
 from marl.agents.policy import Request, Response, choice_response, greedy, register_backend
 from marl.agents.precision import resolve
@@ -242,18 +242,9 @@ class VLLMPolicy:
         if self.mode != "free":
             return self._choose(requests, prompts, cut, lora)
         completions, logps = self._sample(prompts, self.max_new_tokens, lora)
-        # decoded as the hf backend does (vLLM's text holds back unfinished UTF-8)
-        return [
-            Response(
-                text=self.host.tokenizer.decode(ids, skip_special_tokens=True),
-                prompt_ids=p,
-                completion_ids=ids,
-                logprobs=lps,
-                truncated_prompt=t,
-                temperature=self.temperature,
-            )
-            for p, ids, lps, t in zip(prompts, completions, logps, cut, strict=True)
-        ]
+        return free_responses(
+            self.host, requests, prompts, completions, logps, cut, self.temperature
+        )
 
     def _sample(
         self, prompts: list[list[int]], max_tokens: int, lora: Any

@@ -241,28 +241,38 @@ def states_need_targets(cfg: TeamConfig) -> list[PathProblem]:
 
 def targets_need_scored_moves(cfg: TeamConfig) -> list[PathProblem]:
     """Policy targets are distributions over the legal actions: the trained roles score them
-    (choice decoding, or think: after a reasoning), all one way (either solver, adam or
-    gauss_newton, fits both)."""
+    (choice decoding, or think: after a reasoning) or, writing free text at temperature 1 in
+    a states rollout, are read through the answers that name one move each; all one way
+    (either solver, adam or gauss_newton, fits each)."""
     if cfg.train is None or not cfg.train.policy_target.eta > 0:
         return []
     trained = [r for r in cfg.roles if r.name in set(trained_roles(cfg))]
     modes = {r.decoding.mode for r in trained}
-    free = [r.name for r in trained if r.decoding.mode == "free"]
     path = ("train", "policy_target", "eta")
-    if free:
+    if len(modes) > 1:
         return [
             (
                 path,
-                f"train.policy_target fits distributions over the legal actions: roles {free} "
-                "write free text; they need decoding.mode: choice or think",
+                "train.policy_target fits choice, think and free roles apart: train roles of "
+                "one decoding.mode in a run",
             )
         ]
-    if modes == {"choice", "think"}:
+    free = [r for r in trained if r.decoding.mode == "free"]
+    if free and cfg.train.rollout != "states":
         return [
             (
                 path,
-                "train.policy_target fits choice and think roles apart: train roles of one "
-                "decoding.mode (choice or think) in a run",
+                f"train.policy_target fits free-text roles ({free[0].name}) at the game's "
+                "information states: set train.rollout: states",
+            )
+        ]
+    hot = [r.name for r in free if r.decoding.temperature != 1]
+    if hot:
+        return [
+            (
+                path,
+                f"train.policy_target reads free-text roles {hot} through their answers' "
+                "probabilities, what sampling draws only at decoding.temperature 1",
             )
         ]
     return []

@@ -60,6 +60,7 @@ class TrainItem:
     temperature: float = 1.0  # the decision's sampling temperature (0: greedy)
     weights: list[float] | None = None  # importance weights pi_prox / pi_behav (CORRECTIONS)
     action_values: list[float] | None = None  # Q(s, a) per legal action, from branching
+    answer_ids: list[list[int]] | None = None  # free decoding: each legal move's own answer
 
     @property
     def kind(self) -> str:
@@ -267,14 +268,20 @@ class Learner:
         return rho
 
     # ----- log-prob passes
-    def choice_dists(self, items: list[TrainItem]) -> list[torch.Tensor]:
-        """Per decision, log pi over its legal actions at its sampling temperature."""
-        scores = self.host.candidate_scores(
+    def choice_scores(self, items: list[TrainItem]) -> list[torch.Tensor]:
+        """Per decision, ``log p(text_a | prompt)`` of each legal action's candidate."""
+        return self.host.candidate_scores(
             [it.prompt_ids for it in items], [it.candidate_ids for it in items]
         )
+
+    def choice_dists(
+        self, items: list[TrainItem], scores: list[torch.Tensor] | None = None
+    ) -> list[torch.Tensor]:
+        """Per decision, log pi over its legal actions at its sampling temperature (from
+        ``scores`` when computed)."""
         return [
             torch.log_softmax(s / scale_temperature(it.temperature), 0)
-            for it, s in zip(items, scores, strict=True)
+            for it, s in zip(items, scores or self.choice_scores(items), strict=True)
         ]
 
     def logp_fn(self, item: TrainItem) -> Callable:

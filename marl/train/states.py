@@ -26,7 +26,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from marl.agents.rollout import Episode
+from marl.agents.rollout import Episode, Turn, move_read
 from marl.games.analysis import exploitability, info_states, state_action_values
 from marl.infra.seats import ParticipantId
 from marl.infra.seeds import derive_seed
@@ -46,6 +46,15 @@ def plan_states(
     return specs
 
 
+def decision_read(turn: Turn, legal: list[int]) -> np.ndarray:
+    """What one decision shows of its policy: the distribution a choice was drawn from or a
+    free-text answer's read (:func:`~marl.agents.rollout.answer_read`), else the move the
+    answer named (:func:`~marl.agents.rollout.move_read`)."""
+    if turn.action_probs is not None:
+        return np.asarray(turn.action_probs, dtype=float)
+    return np.asarray(move_read(legal, turn.action if turn.legal else None))
+
+
 def value_states(game: str, episodes: list[Episode], specs: list[EpisodeSpec]) -> dict:
     """Set every decision's ``action_values`` to Q(s, .) under the table its step's decisions
     read (module docstring) and its episode's return to Q(s, a) of the move played; return that
@@ -55,16 +64,20 @@ def value_states(game: str, episodes: list[Episode], specs: list[EpisodeSpec]) -
     reads: dict[str, list[np.ndarray]] = defaultdict(list)
     for ep in episodes:
         key = states[group_of[ep.index]][0]
-        reads[key].append(np.asarray(ep.turns[0].action_probs, dtype=float))
-    table = {
-        key: dict(zip(legal, np.mean(reads[key], axis=0), strict=True)) for key, _, legal in states
+        reads[key].append(decision_read(ep.turns[0], states[group_of[ep.index]][2]))
+    means = {key: np.mean(r, axis=0) for key, r in reads.items()}  # a free-text read sums
+    table = {  # to 1 only in expectation (answer_read): each row is normalised
+        key: dict(zip(legal, means[key] / means[key].sum(), strict=True))
+        for key, _, legal in states
     }
     q = state_action_values(game, table)
     for ep in episodes:
         key, _, legal = states[group_of[ep.index]]
         turn = ep.turns[0]
         turn.action_values = [q[key][a] for a in legal]
-        ep.returns[turn.agent] = q[key][turn.action]
+        ep.returns[turn.agent] = (  # an unplayable answer: a random legal move's value
+            q[key][turn.action] if turn.legal else float(np.mean(turn.action_values))
+        )
     return {
         "exploitability": exploitability(game, table),
         "reads": min(len(r) for r in reads.values()),

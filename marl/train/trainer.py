@@ -255,6 +255,7 @@ class Trainer:
                     choice_prompt_ids=t.choice_prompt_ids,
                     temperature=t.temperature,
                     action_values=t.action_values,
+                    answer_ids=t.answer_ids,
                 )
             )
         return dict(out)

@@ -27,7 +27,14 @@ from marl.agents import Agent
 from marl.agents.builder import Roster, build_roster, hf_role_policy, host_key
 from marl.agents.participants import ParticipantLoader
 from marl.agents.policy import Request, Response
-from marl.agents.rollout import Episode, RolloutEngine, Turn, decision_turn
+from marl.agents.rollout import (
+    Episode,
+    RolloutEngine,
+    Turn,
+    answer_read,
+    decision_turn,
+    read_action,
+)
 from marl.agents.tables import agent_probs, exploitability_report
 from marl.config import TeamConfig
 from marl.games.analysis import info_state_envs, info_states
@@ -252,20 +259,38 @@ class RolloutWorker:
         for rows in by_policy.values():
             for part in (rows[j : j + size] for j in range(0, len(rows), size)):
                 t0 = time.perf_counter()
-                responses = asks[part[0]][2].policy.act([asks[i][3] for i in part])
+                policy = asks[part[0]][2].policy
+                requests = [asks[i][3] for i in part]
+                responses = policy.act(requests)
+                masses = self._answer_masses(policy, requests, responses)
                 per = (time.perf_counter() - t0) / len(part)
-                for i, resp in zip(part, responses, strict=True):
+                for k, (i, resp) in enumerate(zip(part, responses, strict=True)):
                     env, who, agent, req = asks[i]
-                    action = None if resp.choice is None else req.legal[resp.choice]
+                    action, error = read_action(env, who, req.legal, resp)
                     public = env.public_state(who)
                     turn = decision_turn(
                         specs[i].index, who, agent, req.legal, resp, action, public, per
                     )
+                    if masses is not None:
+                        move = None if error else action
+                        turn.action_probs = answer_read(masses[k], resp, req.legal, move)
                     seats = {who: agent.name}
                     out[i] = Episode(
                         specs[i].index, self.cfg.game.name, specs[i].seed, seats, [turn]
                     )
         return [out[i] for i in range(len(specs))]
+
+    @staticmethod
+    def _answer_masses(
+        policy, requests: list[Request], responses: list[Response]
+    ) -> list[list[float]] | None:
+        """Free text: the probabilities of the legal moves' own answers, from which each
+        decision's read is made (:func:`~marl.agents.rollout.answer_read`), where the policy
+        can score them; None for scored moves (their reads are their distributions)."""
+        if not responses or responses[0].answer_ids is None:
+            return None
+        answer_probs = getattr(policy, "answer_probs", None)
+        return None if answer_probs is None else answer_probs(requests)
 
     @cached_property
     def _states(self) -> tuple[list[tuple[str, int, list[int]]], dict]:

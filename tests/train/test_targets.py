@@ -134,9 +134,9 @@ def test_the_config_asks_for_what_the_estimates_need() -> None:
     load_config_text(tiny_team("kuhn_poker", KUHN + TARGET))  # group_by state, chips: valid
 
 
-def test_free_decoding_is_refused_before_any_compute() -> None:
+def test_free_decoding_in_games_is_refused_before_any_compute() -> None:
     text = tiny_team("kuhn_poker", KUHN + TARGET).replace("{mode: choice}", "{mode: free}")
-    with pytest.raises(ConfigError, match="decoding.mode: choice"):
+    with pytest.raises(ConfigError, match="set train.rollout: states"):
         load_config_text(text)
 
 

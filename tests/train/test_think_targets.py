@@ -285,9 +285,9 @@ def test_the_reasoning_term_raises_the_reasonings_of_positive_advantage(solver: 
     assert moved > 1e-3
 
 
-def test_free_text_is_refused_and_think_accepted_by_either_solver() -> None:
+def test_free_text_outside_a_states_rollout_is_refused_and_think_accepted() -> None:
     text = tiny_team("kuhn_poker", KUHN + TARGET)
-    with pytest.raises(ConfigError, match="write free text; they need decoding.mode: choice or"):
+    with pytest.raises(ConfigError, match="free-text roles .player. at the game's information"):
         load_config_text(text.replace("decoding: {mode: choice}", "decoding: {mode: free}"))
     think = text.replace("decoding: {mode: choice}", THINK)
     assert load_config_text(think).roles[0].decoding.mode == "think"

@@ -2,7 +2,7 @@
 
 Think decoding samples a reasoning, then scores the legal moves after
 ``prompt + reasoning + THINK_SEPARATOR``; the helpers here build those contexts and the
-responses every local backend (transformers, vLLM) returns.
+responses every local backend (transformers, vLLM) returns, free decoding's too.
 """
 
 from __future__ import annotations
@@ -134,3 +134,35 @@ def think_responses(
             )
         )
     return out
+
+
+def answer_ids(host: ModelHost, texts: list[str]) -> list[list[int]]:
+    """Each move's own answer in free decoding: its text, then the end of the answer (the
+    one complete answer that names just that move, which a policy target fits)."""
+    eos = host.tokenizer.eos_token_id
+    return [host.text_ids(t) + [eos] for t in texts]
+
+
+def free_responses(
+    host: ModelHost,
+    requests: list[Request],
+    prompts: list[list[int]],
+    completions: list[list[int]],
+    logps: list[list[float]],
+    cut: list[bool],
+    temperature: float,
+) -> list[Response]:
+    """Free decoding's responses: the sampled answer (decoded, special tokens dropped), its
+    tokens' log-probs and the legal moves' own answers (:func:`answer_ids`)."""
+    return [
+        Response(
+            text=host.tokenizer.decode(c, skip_special_tokens=True),
+            prompt_ids=p,
+            completion_ids=c,
+            logprobs=lp,
+            answer_ids=answer_ids(host, r.action_texts),
+            truncated_prompt=t,
+            temperature=temperature,
+        )
+        for r, p, c, lp, t in zip(requests, prompts, completions, logps, cut, strict=True)
+    ]

@@ -27,6 +27,22 @@ state-specific part as far as the target asks (docs/algorithms.md#policy-targets
 The Jacobians Gauss-Newton needs come from one backward pass per action index: the states are
 scored without shared work, so each batch row's activations belong to one state
 (:class:`RowGrads`).
+
+A free-text role's move is the answer it writes, read by the game.  Its policy at s sums
+over the answers that name each move; the fit takes the one answer that names move a and
+nothing else, y_a (the move's text, then the end of the answer, :func:`as_answers`), so
+
+    pi(a | s) = p(y_a | s) / M(s),    M(s) = sum_a p(y_a | s)
+
+is the policy among those answers and M(s) the probability that the answer is one of them,
+which every other answer (reasoning first, an illegal move, no move) lowers.  The loss adds
+the negative log of it,
+
+    L = mean_s [ KL(pi_target_s || pi_theta_s) - log M_theta(s) ],
+
+so the fit moves the moves towards their targets and the mass onto the playable answers,
+where sampled answers and this pi agree; Gauss-Newton gets one more row per state, log M
+towards 0.  The sampling temperature must be 1 (then p(y_a | s) is what sampling draws).
 """
 
 from __future__ import annotations
@@ -34,7 +50,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -326,6 +342,7 @@ class TargetBatch:
     entropy: list[float] = field(default_factory=list)
     agent_norms: dict[str, float] = field(default_factory=dict)
     grad_norm: float = 0.0
+    free: bool = False  # free text: the candidates are whole answers, and -log M is fitted
 
     def target(self, key: tuple, logp: torch.Tensor, eta: float, alpha: float) -> torch.Tensor:
         """The state's target, made from the policy ``logp`` at its first scoring (the fit's
@@ -443,13 +460,17 @@ class PolicyTarget:
         kinds = {it.kind for it in items}
         if kinds == {"think"}:
             return self.think.update(items)
-        if kinds - {"choice"}:
+        free = kinds == {"free"}
+        if free:
+            items = [as_answers(it) for it in items]
+        elif kinds - {"choice"}:
             raise ValueError(
-                f"policy targets take one learner's decisions in choice or in think decoding, "
-                f"got {sorted(kinds)}"
+                "policy targets take one learner's decisions in choice, think or free "
+                f"decoding, got {sorted(kinds)}"
             )
         learner = self.learner
         b = target_batch(items)
+        b.free = free
         if learner.cfg.magnet.alpha > 0:
             with torch.no_grad(), learner.compute():
                 for group in b.by_adapter.values():
@@ -462,14 +483,17 @@ class PolicyTarget:
         return target_stats(b, result.first, result.best, len(items))
 
     def _loss(self, b: TargetBatch, grad: bool) -> float:
-        """The mean KL(target || pi) over the states (see :func:`accumulate`)."""
+        """The mean KL(target || pi) over the states, free text's -log M added (see
+        :func:`accumulate`)."""
         n = len(b.states)
 
         def part(chunk: list[TrainItem]) -> torch.Tensor:
-            dists = self.learner.choice_dists(chunk)
+            scores = self.learner.choice_scores(chunk)
+            dists = self.learner.choice_dists(chunk, scores)
             kls = [
                 target_kl(lp.float(), self._target(b, it, lp))
-                for it, lp in zip(chunk, dists, strict=True)
+                - (torch.logsumexp(s.float(), 0) if b.free else 0.0)
+                for it, lp, s in zip(chunk, dists, scores, strict=True)
             ]
             return torch.stack(kls).sum() / n
 
@@ -490,7 +514,7 @@ class PolicyTarget:
 
         def rows(group: list[tuple], params: list[torch.nn.Parameter]) -> Iterable[Linearised]:
             for chunk in self.learner.chunks([b.states[k] for k in group]):
-                yield state_jacobian(self.learner, chunk, params, b.targets)
+                yield state_jacobian(self.learner, chunk, params, b.targets, b.free)
 
         return adapter_gauss_newton(self.learner, b, rows, lambda: self._loss(b, False), first)
 
@@ -500,11 +524,13 @@ def state_jacobian(
     chunk: list[TrainItem],
     params: list[torch.nn.Parameter],
     targets: dict[tuple, torch.Tensor],
+    free: bool = False,
 ) -> Linearised:
     """The logit differences of ``chunk``'s states (distinct), on ``learner``'s host: their
     Jacobian over ``params`` ([rows, P], a row per (state, action > 0)) and their residuals to
-    the targets.  The states are scored without shared work, so one backward pass per action
-    index gives every state's row (:class:`RowGrads`)."""
+    the targets; ``free``: then a row per state of log M (the answers' total log-probability)
+    with the residual -log M.  The states are scored without shared work, so one backward
+    pass per action index gives every state's row (:class:`RowGrads`)."""
     with (
         RowGrads(learner.host.model, params, len(chunk)) as rows,
         learner.compute(),
@@ -512,11 +538,29 @@ def state_jacobian(
         scores = learner.host.separate_scores(
             [it.prompt_ids for it in chunk], [it.candidate_ids for it in chunk], rows.owner
         )
+    mass: Linearised | None = None
+    if free:
+        log_m = torch.stack([torch.logsumexp(s.float(), 0) for s in scores])
+        torch.autograd.grad(log_m.sum(), params, retain_graph=True, allow_unused=True)
+        mass = rows.take(), -log_m.detach()
     dists = [
         torch.log_softmax(s.float() / scale_temperature(it.temperature), 0)
         for it, s in zip(chunk, scores, strict=True)
     ]
-    return difference_jacobian(dists, [targets[state_key(it)] for it in chunk], params, rows)
+    jac, residual = difference_jacobian(
+        dists, [targets[state_key(it)] for it in chunk], params, rows
+    )
+    if mass is None:
+        return jac, residual
+    return torch.cat([jac, mass[0]]), torch.cat([residual, mass[1]])
+
+
+def as_answers(it: TrainItem) -> TrainItem:
+    """A free-text decision as the fit reads it: its legal moves' own answers as the
+    candidates, scored after its prompt (module docstring)."""
+    if it.answer_ids is None:
+        raise ValueError("a free-text decision without its moves' answers (answer_ids)")
+    return replace(it, candidate_ids=it.answer_ids, completion_ids=[])
 
 
 def difference_jacobian(
