@@ -5,6 +5,7 @@ unplayable answers, the sampled-answers table and the recipe on the tiny model."
 from __future__ import annotations
 
 import json
+import math
 import random
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from marl.agents.hf_policy import HFPolicy
 from marl.agents.host import ModelHost
 from marl.agents.host.generation import answer_ids
 from marl.agents.policy import Response
-from marl.agents.rollout import Episode, decision_turn, move_read, read_action
+from marl.agents.rollout import Episode, answer_read, decision_turn, move_read, read_action
 from marl.agents.tables import agent_report
 from marl.cli import app
 from marl.config import ConfigError, load_config_text
@@ -247,3 +248,37 @@ def test_answer_ids_end_each_move_s_text() -> None:
     ids = answer_ids(host, ["[Bet]", "[Check]"])
     eos = host.tokenizer.eos_token_id
     assert ids == [host.text_ids("[Bet]") + [eos], host.text_ids("[Check]") + [eos]]
+
+
+def test_a_free_read_is_unbiased_from_the_answers_masses_and_one_sample() -> None:
+    """Answers: the two moves' own (p 0.3, 0.2), another naming the first move (0.1), an
+    unplayable one (0.4).  The read of each, weighed by its probability, sums to the free
+    policy with unplayable answers as random legal moves: [0.3 + 0.1 + 0.2, 0.2 + 0.2]."""
+    legal, own = [0, 1], [[5, 2], [6, 2]]
+    answers = [([5, 2], 0, 0.3), ([6, 2], 1, 0.2), ([7, 5, 2], 0, 0.1), ([9, 9], None, 0.4)]
+    masses = [0.3, 0.2]
+    mean = np.zeros(2)
+    for ids, move, p in answers:
+        resp = Response(text="", completion_ids=ids, answer_ids=own)
+        read = answer_read(masses, resp, legal, move)
+        if ids in own:
+            assert read == masses  # the sample adds nothing the masses do not hold
+        mean += p * np.asarray(read)
+    np.testing.assert_allclose(mean, [0.6, 0.4])
+
+
+def test_a_policy_scores_its_moves_own_answers() -> None:
+    host = _host()
+    policy = HFPolicy(host, "red", mode="free", max_new_tokens=3)
+    agent = Agent("p", "player", policy, mode="free")
+    env = games.make("kuhn_poker")
+    env.reset(seed=0)
+    request = agent.request(env, env.agent_selection)
+    (probs,) = policy.answer_probs([request])
+    (resp,) = policy.act([request])
+    assert resp.answer_ids == answer_ids(host, request.action_texts)
+    with torch.no_grad(), host.use("red"):
+        seqs = host.sequence_logprobs([resp.prompt_ids] * 2, resp.answer_ids)
+    want = [math.exp(float(s.sum())) for s in seqs]
+    assert probs == pytest.approx(want, rel=1e-4)
+    assert 0 < sum(probs) < 1

@@ -12,8 +12,15 @@ import pytest
 
 from helpers import tiny_team
 from marl.agents.checks import team_problems
+from marl.agents.policy import Response
+from marl.agents.rollout import answer_read
 from marl.config import ConfigError, load_config_text
-from marl.games.analysis import exploitability, info_states, state_action_values
+from marl.games.analysis import (
+    exploitability,
+    info_state_envs,
+    info_states,
+    state_action_values,
+)
 from marl.train.trainer import Trainer
 
 STATES = """\
@@ -27,15 +34,26 @@ STATES = """\
   ray: {enabled: false}
 """
 THINK = "decoding: {mode: think, think_tokens: 4, temperature: 1.5}"
+FREE = "decoding: {mode: free, max_new_tokens: 4}"
 
 
-@pytest.mark.parametrize("mode", ["choice", "think"])
+@pytest.mark.parametrize("mode", ["choice", "think", "free"])
 def test_every_state_is_asked_and_valued_on_the_tree(tmp_path: Path, mode: str) -> None:
+    """Free text: each read is the moves' own answers' probabilities (the same at every
+    decision of a state) plus the sampled answer's move when it is none of them, and the
+    table their normalised mean; an unplayable answer's return is the mean of Q(s, .)."""
     text = tiny_team("kuhn_poker", STATES)
-    if mode == "think":
-        text = text.replace("decoding: {mode: choice}", THINK)
-    result = Trainer(load_config_text(text), tmp_path).train_step()
+    if mode != "choice":
+        text = text.replace("decoding: {mode: choice}", THINK if mode == "think" else FREE)
+    trainer = Trainer(load_config_text(text), tmp_path)
     states = info_states("kuhn_poker")
+    masses = {}  # free text: the moves' own answers' probabilities before the step
+    if mode == "free":
+        agent, envs = trainer.runtime.roster.agents[0], info_state_envs("kuhn_poker")
+        for key, (env, who) in envs.items():
+            masses[key] = agent.policy.answer_probs([agent.request(env, who)])[0]
+            assert 0 < sum(masses[key]) < 1
+    result = trainer.train_step()
     assert len(result.episodes) == 3 * len(states)
     reads: dict[str, list] = defaultdict(list)
     seen = []
@@ -47,12 +65,19 @@ def test_every_state_is_asked_and_valued_on_the_tree(tmp_path: Path, mode: str) 
         seen.append((key, turn, ep))
         assert (turn.choice_prompt_ids is not None) == (mode == "think")
     assert set(reads) == {k for k, _, _ in states} and all(len(r) == 3 for r in reads.values())
-    table = {k: dict(zip(legal, np.mean(reads[k], axis=0), strict=True)) for k, _, legal in states}
+    means = {k: np.mean(r, axis=0) for k, r in reads.items()}
+    table = {k: dict(zip(lg, means[k] / means[k].sum(), strict=True)) for k, _, lg in states}
     q = state_action_values("kuhn_poker", table)
     for key, turn, ep in seen:
         legal = next(lg for k, _, lg in states if k == key)
         assert turn.action_values == pytest.approx([q[key][a] for a in legal])
-        assert ep.returns == {turn.agent: pytest.approx(q[key][turn.action])}
+        value = q[key][turn.action] if turn.legal else np.mean(turn.action_values)
+        assert ep.returns == {turn.agent: pytest.approx(value)}
+        if mode == "free":
+            resp = Response("", completion_ids=turn.completion_ids, answer_ids=turn.answer_ids)
+            move = turn.action if turn.legal else None
+            want = answer_read(masses[key], resp, legal, move)
+            assert turn.action_probs == pytest.approx(want, rel=1e-6, abs=1e-30)
     m = result.metrics
     assert m["states"]["exploitability"] == pytest.approx(exploitability("kuhn_poker", table))
     assert m["states"]["reads"] == 3 and m["decisions_per_min"] > 0
