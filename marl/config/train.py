@@ -193,8 +193,10 @@ class PolicyTargetConfig(StrictModel):
     information state of the batch, pi_target from the policy, the magnet and the estimated
     action values, then ``fit_steps`` optimiser steps on KL(pi_target || pi)
     (docs/algorithms.md#policy-targets).  Choice or think decoding (think: the moves fitted
-    through the mixture over the sampled reasonings, docs/algorithms.md#think-targets),
-    advantages grouped by state, in reward units."""
+    through the mixture over the sampled reasonings, docs/algorithms.md#think-targets), or
+    free text at temperature 1 with train.rollout states (the moves read through their own
+    answers, docs/algorithms.md#free-text-targets); advantages grouped by state, in reward
+    units."""
 
     eta: Float = Field(
         0.0,

@@ -35,6 +35,7 @@ import torch
 from marl.agents.host import ModelHost
 from marl.agents.policy import scale_temperature
 from marl.agents.precision import autocast
+from marl.agents.rollout import Turn
 from marl.config import TeamConfig
 from marl.config.train import TrainConfig
 from marl.train.objectives import OBJECTIVES, objective_name
@@ -61,6 +62,24 @@ class TrainItem:
     weights: list[float] | None = None  # importance weights pi_prox / pi_behav (CORRECTIONS)
     action_values: list[float] | None = None  # Q(s, a) per legal action, from branching
     answer_ids: list[list[int]] | None = None  # free decoding: each legal move's own answer
+
+    @classmethod
+    def of_turn(cls, t: Turn, advantage: float) -> TrainItem:
+        """The decision ``t`` of a game or task, with its ``advantage``, on its role's adapter."""
+        return cls(
+            adapter=t.role,
+            agent=f"{t.role}/{t.agent}",
+            prompt_ids=t.prompt_ids,
+            completion_ids=t.completion_ids,
+            old_logprobs=t.logprobs,
+            advantage=advantage,
+            candidate_ids=t.candidate_ids,
+            choice=t.choice or 0,
+            choice_prompt_ids=t.choice_prompt_ids,
+            temperature=t.temperature,
+            action_values=t.action_values,
+            answer_ids=t.answer_ids,
+        )
 
     @property
     def kind(self) -> str:

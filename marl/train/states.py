@@ -8,7 +8,8 @@ the game tree rather than by the returns of sampled games:
     Q(s, a)       = E[return of s's player | s, a]        under pi_hat in every seat
 
 (``z_j`` the j-th reasoning of a think policy, nothing for a choice policy, whose G reads are
-then the same distribution).  Q is exact for pi_hat
+then the same distribution; a free-text policy's j-th read is its sampled answer's, from
+:func:`decision_read`).  Q is exact for pi_hat
 (:func:`marl.games.analysis.state_action_values`), so policy targets get the action values
 that a batch of games only estimates: the choice-mode Kuhn recipe plays 8,192 games a step to
 make that estimate tight, which a think policy, writing a reasoning at each decision, cannot

@@ -242,22 +242,7 @@ class Trainer:
         for (_, t), a in zip(rows, adv.values, strict=True):
             if a == 0 and t.action_values is None:
                 continue  # no signal: skip the compute
-            out[host_of[t.role]].append(
-                TrainItem(
-                    adapter=t.role,
-                    agent=f"{t.role}/{t.agent}",
-                    prompt_ids=t.prompt_ids,
-                    completion_ids=t.completion_ids,
-                    old_logprobs=t.logprobs,
-                    advantage=float(a),
-                    candidate_ids=t.candidate_ids,
-                    choice=t.choice or 0,
-                    choice_prompt_ids=t.choice_prompt_ids,
-                    temperature=t.temperature,
-                    action_values=t.action_values,
-                    answer_ids=t.answer_ids,
-                )
-            )
+            out[host_of[t.role]].append(TrainItem.of_turn(t, float(a)))
         return dict(out)
 
     # ----- one step
