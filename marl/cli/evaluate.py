@@ -129,7 +129,8 @@ def eval_exploitability_cmd(
     """Exact exploitability of the table policy a player induces (on the game a run, checkpoint
     or team file carries; --table prints its policy per information state).  A think policy
     is read from sampled reasonings: --reasoning empty, swap or all scores its move after
-    other reasonings than its own, --show N prints some (docs/algorithms.md#think-then-act)."""
+    other reasonings than its own, --show N prints some (docs/algorithms.md#think-then-act);
+    a free-text policy from sampled answers, with the share of unplayable ones."""
     quiet_transformers()
     from marl import games
     from marl.agents.models import ModelError
