@@ -13,7 +13,6 @@ import torch
 
 from marl.agents.host import ModelHost
 from marl.agents.host.generation import (
-    answer_ids,
     free_responses,
     reasoning_text,
     think_contexts,
@@ -160,14 +159,14 @@ class HFPolicy:
         return [choice_probs(s, self.temperature) for s in scores]
 
     @torch.no_grad()
-    def answer_probs(self, requests: list[Request]) -> list[list[float]]:
-        """Free decoding: the probability of each legal move's own answer
-        (:func:`~marl.agents.host.generation.answer_ids`), as sampling at temperature 1
-        draws it, per request."""
-        prompts, _ = self._prompts(requests)
-        answers = [answer_ids(self.host, r.action_texts) for r in requests]
+    def answer_probs(self, responses: list[Response]) -> list[list[float]]:
+        """Free decoding: the probability of each legal move's own answer (the responses'
+        ``answer_ids``) after the prompt it was asked, as sampling at temperature 1 draws
+        it, per response."""
         with self.host.use(self.adapter), self._compute():
-            scores = self.host.candidate_scores(prompts, answers)
+            scores = self.host.candidate_scores(
+                [r.prompt_ids for r in responses], [r.answer_ids for r in responses]
+            )
         return [s.double().exp().tolist() for s in scores]
 
     def reasonings(self, requests: list[Request]) -> list[list[int]]:

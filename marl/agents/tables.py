@@ -158,21 +158,21 @@ def draws_report(
 def answers_report(agent: Agent, game: str, samples: int, batch: int = 32) -> ExploitabilityReport:
     """A free-text agent's exploitability from ``samples`` sampled answers per information
     state, each read as the move the game parses from it (:func:`move_read`), with the
-    bootstrap interval of :func:`draws_report` and the share of unplayable answers."""
-    positioned = info_state_envs(game)
-    positions = list(positioned.values()) * samples
-    reads, unplayable = [], 0
-    for i in range(0, len(positions), batch):
-        requests = [agent.request(env, who) for env, who in positions[i : i + batch]]
-        for req, resp in zip(requests, agent.policy.act(requests), strict=True):
-            action, error = read_action(req.env, req.agent, req.legal, resp)
-            unplayable += error is not None
-            move = None if error else action
-            reads.append(dict(zip(req.legal, move_read(req.legal, move), strict=True)))
-    n = len(positioned)
-    draws = {k: [reads[j * n + i] for j in range(samples)] for i, k in enumerate(positioned)}
-    report = draws_report(draws, game)
-    report.unplayable = unplayable / len(positions)
+    bootstrap interval of :func:`sampled_report` and the share of unplayable answers."""
+    unplayable: list[bool] = []
+
+    def read(positions: Positions) -> list[dict]:
+        out = []
+        for i in range(0, len(positions), batch):
+            requests = [agent.request(env, who) for env, who in positions[i : i + batch]]
+            for req, resp in zip(requests, agent.policy.act(requests), strict=True):
+                action, error = read_action(req.env, req.agent, req.legal, resp)
+                unplayable.append(error is not None)
+                out.append(dict(zip(req.legal, move_read(req.legal, action), strict=True)))
+        return out
+
+    report = sampled_report(read, game, samples)
+    report.unplayable = float(np.mean(unplayable))
     return report
 
 

@@ -53,7 +53,7 @@ def decision_read(turn: Turn, legal: list[int]) -> np.ndarray:
     answer named (:func:`~marl.agents.rollout.move_read`)."""
     if turn.action_probs is not None:
         return np.asarray(turn.action_probs, dtype=float)
-    return np.asarray(move_read(legal, turn.action if turn.legal else None))
+    return np.asarray(move_read(legal, turn.action))
 
 
 def value_states(game: str, episodes: list[Episode], specs: list[EpisodeSpec]) -> dict:

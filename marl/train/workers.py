@@ -262,18 +262,17 @@ class RolloutWorker:
                 policy = asks[part[0]][2].policy
                 requests = [asks[i][3] for i in part]
                 responses = policy.act(requests)
-                masses = self._answer_masses(policy, requests, responses)
+                masses = self._answer_masses(policy, responses)
                 per = (time.perf_counter() - t0) / len(part)
                 for k, (i, resp) in enumerate(zip(part, responses, strict=True)):
                     env, who, agent, req = asks[i]
-                    action, error = read_action(env, who, req.legal, resp)
+                    action, _ = read_action(env, who, req.legal, resp)
                     public = env.public_state(who)
                     turn = decision_turn(
                         specs[i].index, who, agent, req.legal, resp, action, public, per
                     )
                     if masses is not None:
-                        move = None if error else action
-                        turn.action_probs = answer_read(masses[k], resp, req.legal, move)
+                        turn.action_probs = answer_read(masses[k], resp, req.legal, action)
                     seats = {who: agent.name}
                     out[i] = Episode(
                         specs[i].index, self.cfg.game.name, specs[i].seed, seats, [turn]
@@ -281,16 +280,14 @@ class RolloutWorker:
         return [out[i] for i in range(len(specs))]
 
     @staticmethod
-    def _answer_masses(
-        policy, requests: list[Request], responses: list[Response]
-    ) -> list[list[float]] | None:
+    def _answer_masses(policy, responses: list[Response]) -> list[list[float]] | None:
         """Free text: the probabilities of the legal moves' own answers, from which each
         decision's read is made (:func:`~marl.agents.rollout.answer_read`), where the policy
         can score them; None for scored moves (their reads are their distributions)."""
         if not responses or responses[0].answer_ids is None:
             return None
         answer_probs = getattr(policy, "answer_probs", None)
-        return None if answer_probs is None else answer_probs(requests)
+        return None if answer_probs is None else answer_probs(responses)
 
     @cached_property
     def _states(self) -> tuple[list[tuple[str, int, list[int]]], dict]:

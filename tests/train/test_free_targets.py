@@ -274,8 +274,8 @@ def test_a_policy_scores_its_moves_own_answers() -> None:
     env = games.make("kuhn_poker")
     env.reset(seed=0)
     request = agent.request(env, env.agent_selection)
-    (probs,) = policy.answer_probs([request])
     (resp,) = policy.act([request])
+    (probs,) = policy.answer_probs([resp])
     assert resp.answer_ids == answer_ids(host, request.action_texts)
     with torch.no_grad(), host.use("red"):
         seqs = host.sequence_logprobs([resp.prompt_ids] * 2, resp.answer_ids)

@@ -51,7 +51,8 @@ def test_every_state_is_asked_and_valued_on_the_tree(tmp_path: Path, mode: str) 
     if mode == "free":
         agent, envs = trainer.runtime.roster.agents[0], info_state_envs("kuhn_poker")
         for key, (env, who) in envs.items():
-            masses[key] = agent.policy.answer_probs([agent.request(env, who)])[0]
+            asked = agent.policy.act([agent.request(env, who)])
+            masses[key] = agent.policy.answer_probs(asked)[0]
             assert 0 < sum(masses[key]) < 1
     result = trainer.train_step()
     assert len(result.episodes) == 3 * len(states)
