@@ -343,11 +343,17 @@ class Learner:
             items[0].temperature,
             entropy=entropy,
         )
-        dists = [
-            torch.log_softmax(s / scale_temperature(it.temperature), 0)
-            for it, s in zip(items, scores, strict=True)
-        ]
-        return per, ents, dists
+        return per, ents, _move_dists(items, scores)
+
+    def reasoned_moves(self, items: list[TrainItem]) -> list[torch.Tensor]:
+        """:meth:`reasoned`'s log pi over the legal actions alone (the reasoning's tokens not
+        scored)."""
+        scores = self.host.move_scores(
+            [it.prompt_ids for it in items],
+            [it.choice_prompt_ids for it in items],
+            [it.candidate_ids for it in items],
+        )
+        return _move_dists(items, scores)
 
     def think_logp(self, items: list[TrainItem], reasoned: tuple | None = None):
         """Per row: the reasoning tokens' log-probs, then ``log pi(choice | prompt,
@@ -416,3 +422,11 @@ class Learner:
                 self.host.set_adapter_weights(adapter, weights[adapter])
         if optimizer_state is not None:
             self.optimizer.load_state_dict(optimizer_state)
+
+
+def _move_dists(items: list[TrainItem], scores: list[torch.Tensor]) -> list[torch.Tensor]:
+    """log pi over each decision's legal actions from their scores, at its temperature."""
+    return [
+        torch.log_softmax(s / scale_temperature(it.temperature), 0)
+        for it, s in zip(items, scores, strict=True)
+    ]

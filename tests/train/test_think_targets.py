@@ -174,6 +174,41 @@ def test_the_fit_lowers_the_kl_of_the_mixture() -> None:
     assert _hand_kl(host, items, targets) == pytest.approx(stats.fit_residual, rel=1e-4)
 
 
+def test_without_a_reasoning_weight_the_reasoning_is_never_scored(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With ``reasoning_weight: 0`` every evaluation of the fit (the magnet's mixtures, the
+    line search) scores the moves alone, :meth:`move_scores`, equal to what
+    :meth:`reasoned_stats` gives after the same contexts, and the fit is the same as the
+    hand-computed KL says."""
+    host = _host()
+    items = _think_items(host)
+    args = (
+        [it.prompt_ids for it in items],
+        [it.choice_prompt_ids for it in items],
+        [it.candidate_ids for it in items],
+    )
+    with torch.no_grad(), host.use("red"):
+        alone = host.move_scores(*args)
+        _, _, full = host.reasoned_stats(
+            args[0], [it.completion_ids for it in items], *args[1:], items[0].temperature
+        )
+    for a, f in zip(alone, full, strict=True):
+        torch.testing.assert_close(a, f, rtol=1e-5, atol=1e-6)
+
+    def refused(*_a, **_k):
+        raise AssertionError("the reasoning was scored")
+
+    monkeypatch.setattr(host, "reasoned_stats", refused)
+    learner = _learner_with_magnet(host, fit_steps=2, reasoning_weight=0.0, solver="gauss_newton")
+    targets = _hand_targets(host, items, 2.0, 0.5)
+    before = _hand_kl(host, items, targets)
+    stats = learner.update(items)
+    assert stats.loss == pytest.approx(before, rel=1e-4)
+    assert stats.fit_residual == pytest.approx(_hand_kl(host, items, targets), rel=1e-4, abs=1e-6)
+    assert stats.fit_residual < before and stats.clip_frac == 0.0
+
+
 def test_one_backward_per_action_gives_each_state_s_row_of_the_mean_move_s_jacobian(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

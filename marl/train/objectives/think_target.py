@@ -20,14 +20,15 @@ over a whole reasoning would be as noisy as it is long).  The loss is
     r_jt = pi_theta(z_jt | s, z_j<t) / pi_old(z_jt | s, z_j<t)
 
 (w: ``train.policy_target.reasoning_weight``; T: the batch's reasoning tokens; a move taken
-after reasoning j is a_j).  The first term fits the moves: only the mixture has to match the
-target, not each pi(. | s, z_j), so reasonings may specialise (one that names a strong card can
-bet while another checks) and the move after a reasoning is free to depend on what it says;
-a per-(s, z) KL would pull every reasoning's move to the same table and leave the reasoning
-nothing to decide.  The second trains the reasoning tokens by the decision's advantage
-(GRPO's clipped surrogate against the sampling-time log-probs, so the ``fit_steps`` steps on it
-are bounded as PPO's epochs are); the move's own token is left to the first term.  With
-``train.entropy`` the reasoning tokens' entropy bonus is added as in GRPO.
+after reasoning j is a_j; with w = 0 the reasoning's tokens are not scored at all).  The first
+term fits the moves: only the mixture has to match the target, not each pi(. | s, z_j), so
+reasonings may specialise (one that names a strong card can bet while another checks) and the
+move after a reasoning is free to depend on what it says; a per-(s, z) KL would pull every
+reasoning's move to the same table and leave the reasoning nothing to decide.  The second
+trains the reasoning tokens by the decision's advantage (GRPO's clipped surrogate against the
+sampling-time log-probs, so the ``fit_steps`` steps on it are bounded as PPO's epochs are); the
+move's own token is left to the first term.  With ``train.entropy`` the reasoning tokens'
+entropy bonus is added as in GRPO.
 
 The solver (``train.policy_target.solver``) fits it in one of two ways:
 
@@ -183,7 +184,8 @@ class Reasoning:
 @dataclass
 class Evaluation:
     """One evaluation of the loss: its total, the moves' mean KL to the targets, the reasoning
-    term (before its weight) and the fraction of reasoning tokens the clip cut."""
+    term (before its weight) and the fraction of reasoning tokens the clip cut (both 0 with a
+    reasoning weight of 0: the reasoning's tokens are then not scored)."""
 
     total: float
     kl: float = 0.0
@@ -269,7 +271,7 @@ class ThinkTarget:
                 for adapter, group in b.by_adapter.items():
                     with self.learner.host.use(magnet_adapter(adapter)):
                         for chunk in self._chunks(b, group):
-                            dists = self.learner.reasoned([it for s in chunk for it in s])[2]
+                            dists = self.learner.reasoned_moves([it for s in chunk for it in s])
                             keys = [state_key(s[0]) for s in chunk]
                             b.rho.update(zip(keys, mixtures(chunk, dists), strict=True))
         return b
@@ -285,6 +287,10 @@ class ThinkTarget:
         out = Evaluation(0.0)
 
         def part(chunk: list[State]) -> torch.Tensor:
+            if not self.cfg.reasoning_weight:  # the reasoning is no part of the loss
+                kl = self._moves_kl(b, chunk, self.learner.reasoned_moves(_items(chunk)))
+                out.kl += float(kl.detach()) / n
+                return kl / n
             kl, reasoning = self._chunk_loss(b, chunk)
             share = reasoning.mask_tokens / tokens
             out.kl += float(kl.detach()) / n
@@ -298,15 +304,9 @@ class ThinkTarget:
     def _chunk_loss(self, b: TargetBatch, chunk: list[State]) -> tuple[torch.Tensor, Reasoning]:
         """The summed KL of the chunk's states' mixtures to their targets, and the clipped
         surrogate of its reasoning tokens (averaged over them)."""
-        learner, alpha = self.learner, self.learner.cfg.magnet.alpha
-        items = [it for s in chunk for it in s]
+        learner, items = self.learner, _items(chunk)
         reasoned = learner.reasoned(items, learner.cfg.entropy > 0)
-        kls, at = [], 0
-        for s, mix in zip(chunk, mixtures(chunk, reasoned[2]), strict=True):
-            target = b.target(state_key(s[0]), mix, self.cfg.eta, alpha)
-            fitted = reasoned[2][at : at + len(s)] if self.cfg.think_fit == "each" else [mix]
-            kls.append(sum(target_kl(d, target) for d in fitted) / len(fitted))
-            at += len(s)
+        kl = self._moves_kl(b, chunk, reasoned[2])
         logp, old, mask, _ = learner.think_logp(items, (reasoned[0], [], reasoned[2]))
         for row, it in enumerate(items):  # the move: fitted by the KL, not reinforced
             mask[row, len(it.completion_ids)] = 0
@@ -318,7 +318,24 @@ class ThinkTarget:
         parts = grpo_loss(
             logp, old, adv, mask, cfg.clip_low, cfg.clip_high, entropy=ent, entropy_coef=cfg.entropy
         )
-        return torch.stack(kls).sum(), Reasoning(parts, float(mask.sum()))
+        return kl, Reasoning(parts, float(mask.sum()))
+
+    def _moves_kl(
+        self, b: TargetBatch, chunk: list[State], dists: list[torch.Tensor]
+    ) -> torch.Tensor:
+        """The summed KL of the chunk's states' mixtures (``think_fit: each``: of the move
+        after each reasoning) to their targets, ``dists`` the decisions' log pi in order."""
+        kls, at = [], 0
+        for s, mix in zip(chunk, mixtures(chunk, dists), strict=True):
+            target = b.target(state_key(s[0]), mix, self.cfg.eta, self.learner.cfg.magnet.alpha)
+            fitted = dists[at : at + len(s)] if self.cfg.think_fit == "each" else [mix]
+            kls.append(sum(target_kl(d, target) for d in fitted) / len(fitted))
+            at += len(s)
+        return torch.stack(kls).sum()
+
+
+def _items(chunk: list[State]) -> list[TrainItem]:
+    return [it for s in chunk for it in s]
 
 
 def think_jacobian(
