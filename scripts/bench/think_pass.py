@@ -11,8 +11,13 @@ With ``--reads G`` the decisions are G reasonings at each of ``decisions / G`` p
 ``train.rollout: states`` asks them), and a third way runs the one pass with every context
 after one head common to all instead of each position's prompt once after it.
 
+A second table times the forward alone, as the think-targets fit evaluates its loss (the magnet's
+mixtures, each length of the line search): the one pass with the reasoning's tokens scored
+against ``ModelHost.move_scores``, the moves' scores alone (what ``reasoning_weight: 0`` needs).
+
     .venv/bin/python -m scripts.bench.think_pass                  # 16 decisions, 32 tokens
     .venv/bin/python -m scripts.bench.think_pass --decisions 48 --reads 4
+    .venv/bin/python -m scripts.bench.think_pass --decisions 48 --reads 4 --tables fit
     .venv/bin/python -m scripts.bench.think_pass --decisions 32 --model tiny-random
 """
 
@@ -27,6 +32,7 @@ import argparse  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
+from collections.abc import Callable  # noqa: E402
 
 warnings.filterwarnings("ignore")
 
@@ -34,6 +40,7 @@ import torch  # noqa: E402
 
 from marl.agents import Agent  # noqa: E402
 from marl.agents.hf_policy import HFPolicy  # noqa: E402
+from marl.agents.host import ModelHost  # noqa: E402
 from scripts.workloads import load_host, random_positions  # noqa: E402
 
 THINK_PROMPT = "Think briefly about your card and the bets so far, in a sentence or two."
@@ -46,6 +53,11 @@ def main() -> None:
     ap.add_argument("--think-tokens", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--reads", type=int, default=1, help="reasonings per position")
+    ap.add_argument(
+        "--tables",
+        default="backward,fit",
+        help="which tables: backward (forward + backward), fit (the fit's evaluations)",
+    )
     args = ap.parse_args()
     if args.reads < 1 or args.decisions % args.reads:
         ap.error(f"--reads must divide --decisions ({args.decisions}), got {args.reads}")
@@ -102,26 +114,72 @@ def main() -> None:
             "one pass, one head for all contexts": one_head,
             "one pass, each position's prompt once": one_pass,
         }
+    tables = set(args.tables.split(","))
+    if tables - {"backward", "fit"}:
+        ap.error(f"--tables takes backward and fit, got {args.tables}")
+    if "backward" in tables:
+        backward_table(host, ways, len(responses), args.repeats)
+    if "fit" in tables:
+        fit_table(host, prompts, contexts, cands, one_pass, args.repeats)
+    print(f"load average {os.getloadavg()[0]:.2f}")
+
+
+def backward_table(
+    host: ModelHost, ways: dict[str, Callable], decisions: int, repeats: int
+) -> None:
+    """Forward + backward of each way, after checking they agree with the first."""
     host.model.train()
     times: dict[str, list[float]] = {k: [] for k in ways}
     with host.use("p"):
-        ref = [x.detach() for part in two_passes() for x in part]
-        for fn in list(ways.values())[1:]:
+        first, *others = ways.values()
+        ref = [x.detach() for part in first() for x in part]
+        for fn in others:
             got = [x.detach() for part in fn() for x in part]
             assert all(torch.allclose(a, b, atol=1e-4) for a, b in zip(ref, got, strict=True))
-        for _ in range(args.repeats):
+        for _ in range(repeats):
             for name, fn in ways.items():
                 t = time.perf_counter()
                 torch.stack([x.sum() for part in fn() for x in part]).sum().backward()
                 host.model.zero_grad()
                 times[name].append(time.perf_counter() - t)
-    base = statistics.median(times[next(iter(ways))])
-    print(f"\nforward + backward, {len(responses)} decisions, median of {args.repeats}")
+    table(f"forward + backward, {decisions} decisions", times, repeats)
+
+
+def fit_table(
+    host: ModelHost,
+    prompts: list[list[int]],
+    contexts: list[list[int]],
+    cands: list[list[list[int]]],
+    one_pass: Callable,
+    repeats: int,
+) -> None:
+    """The forward alone, as the fit evaluates its loss: with the reasoning scored or not."""
+    scoring = {
+        "one pass, the reasoning's tokens scored too": lambda: one_pass()[2],
+        "the moves alone (move_scores)": lambda: host.move_scores(prompts, contexts, cands),
+    }
+    host.model.eval()
+    times = {k: [] for k in scoring}
+    with torch.no_grad(), host.use("p"):
+        ref = scoring[next(iter(scoring))]()
+        got = list(scoring.values())[1]()
+        assert all(torch.allclose(a, b, atol=1e-4) for a, b in zip(ref, got, strict=True))
+        for _ in range(repeats):
+            for name, fn in scoring.items():
+                t = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - t)
+    table(f"the fit's evaluations: forward alone, {len(prompts)} decisions", times, repeats)
+
+
+def table(title: str, times: dict[str, list[float]], repeats: int) -> None:
+    """A markdown table of the median seconds of each way, and its speed-up over the first."""
+    base = statistics.median(next(iter(times.values())))
+    print(f"\n{title}, median of {repeats}")
     print("| way | seconds | speed-up |\n|---|---:|---:|")
     for name, ts in times.items():
         med = statistics.median(ts)
         print(f"| {name} | {med:.2f} | {base / med:.2f}x |")
-    print(f"load average {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":
