@@ -157,24 +157,33 @@ def model_path(ref: str) -> str:
     return str(ensure_cached(spec))
 
 
+def engine_scores(cfg: TeamConfig, key: str) -> bool:
+    """Whether the vLLM engine ``key`` scores texts after prompts (prompt log-probs, which
+    need merged weights): for a role in a scoring mode, or in free text where policy targets
+    read the moves' own answers."""
+    from marl.agents.vllm_backend import SCORING_MODES  # an extra, imported if asked
+
+    reads = cfg.train is not None and cfg.train.policy_target.eta > 0
+    return any(
+        r.decoding.mode in SCORING_MODES or (reads and r.decoding.mode == "free")
+        for r in cfg.roles
+        if r.backend == "vllm" and "vllm:" + host_key(cfg, r) == key
+    )
+
+
 def _vllm(role: RoleConfig, ctx: BuildContext) -> Policy:
     """A vLLM engine per base model for decoding; the role's weights (and the adapter a
     learner trains) stay on its model host, from which the engine takes them."""
-    from marl.agents.vllm_backend import SCORING_MODES, VLLMEngine  # an extra, imported if asked
+    from marl.agents.vllm_backend import VLLMEngine  # an extra, imported if asked
 
     host, adapter = _host(role, ctx)
     key = "vllm:" + host_key(ctx.cfg, role)
     if key not in ctx.hosts:
-        scores = any(
-            r.decoding.mode in SCORING_MODES
-            for r in ctx.cfg.roles
-            if r.backend == "vllm" and "vllm:" + host_key(ctx.cfg, r) == key
-        )
         ctx.hosts[key] = VLLMEngine(
             model_path(role.model),
             seed=ctx.seed,  # type: ignore
             precision=role.decoding.precision,
-            weight_sync="merge" if scores else None,
+            weight_sync="merge" if engine_scores(ctx.cfg, key) else None,
         )
     return make_policy(
         "vllm",

@@ -24,6 +24,7 @@ decoding samples the reasoning as free decoding does, then chooses as ``choice``
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import shutil
@@ -296,6 +297,22 @@ class VLLMPolicy:
                 row.append(sum(plp[len(p) + j][t].logprob for j, t in enumerate(c)))
             scores.append(row)
         return scores
+
+    def answer_probs(self, responses: list[Response]) -> list[list[float]]:
+        """Free decoding: the probability of each legal move's own answer (the responses'
+        ``answer_ids``) after the prompt it was asked, as
+        :meth:`~marl.agents.hf_policy.HFPolicy.answer_probs` reads it, from one batched
+        prefill; prompt log-probs, so an engine with merged weights."""
+        if self.engine.weight_sync == "lora":
+            raise ValueError(
+                "reading free-text answers' probabilities needs prompt log-probs, which vLLM "
+                "does not compute under LoRA requests: use an engine with weight_sync='merge'"
+            )
+        lora = self.engine.activate(self.host, self.adapter)
+        scores = self.scores(
+            [r.prompt_ids for r in responses], [r.answer_ids or [] for r in responses], lora
+        )
+        return [[math.exp(s) for s in row] for row in scores]
 
     def _choose(
         self, requests: list[Request], prompts: list[list[int]], cut: list[bool], lora: Any

@@ -23,12 +23,14 @@ if os.environ.get("MARL_REQUIRE_VLLM") == "1":
 else:
     pytest.importorskip("vllm", reason=f"vLLM is not installed: {_INSTALL}")
 
+from marl.agents.builder import engine_scores, host_key  # noqa: E402
 from marl.agents.hf_policy import HFPolicy  # noqa: E402
 from marl.agents.host import ModelHost  # noqa: E402
 from marl.agents.host.generation import THINK_SEPARATOR  # noqa: E402
 from marl.agents.models import MODEL_REGISTRY, ensure_cached, load_model  # noqa: E402
 from marl.agents.policy import Request  # noqa: E402
 from marl.agents.vllm_backend import VLLMEngine, VLLMPolicy  # noqa: E402
+from marl.config import load_config_text  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 
@@ -189,6 +191,44 @@ def test_lora_requests_follow_each_update_and_each_role(
     assert len(engine._loras) == 2  # one request per adapter: superseded ones are dropped
     with pytest.raises(ValueError, match="weight_sync='merge'"):
         VLLMPolicy(engine, host, "player", mode="choice")
+    with pytest.raises(ValueError, match="weight_sync='merge'"):
+        policies["player"].answer_probs(out)
+
+
+def test_free_answers_are_read_as_the_hf_policy_reads_them(
+    engine: VLLMEngine, host: ModelHost
+) -> None:
+    """Policy targets read a free-text decision through the probabilities of its legal moves'
+    own answers (``answer_ids``): the engine's, from prompt log-probs, equal the learner's."""
+    perturb(host, 4)
+    out = VLLMPolicy(engine, host, "player", temperature=1.0, max_new_tokens=6).act(requests())
+    assert all(r.answer_ids is not None and len(r.answer_ids) == 3 for r in out)
+    mine = VLLMPolicy(engine, host, "player").answer_probs(out)
+    hf = HFPolicy(host, "player").answer_probs(out)
+    assert min(p for row in hf for p in row) > 0
+    for m, h in zip(mine, hf, strict=True):
+        assert m == pytest.approx(h, rel=1e-3)
+
+
+def test_an_engine_for_free_text_read_by_policy_targets_merges_its_weights() -> None:
+    """Prompt log-probs need merged weights: a role's engine merges them where the role
+    scores its moves (choice, think) or writes free text that policy targets read."""
+    role = (
+        "roles:\n  - {{name: p, model: {m}, backend: vllm, adapter: {{}}, decoding: {{mode: {d}}}}}"
+    )
+    states = "  rollout: states\n  policy_target: {eta: 1.0}\n"
+    for mode, train, merged in [
+        ("free", "", False),
+        ("free", states, True),
+        ("choice", "", True),
+        ("think", "", True),
+    ]:
+        text = (
+            f"schema: marl-teams/v1\nname: t\n{role.format(m=MODEL, d=mode)}\n"
+            f"game: {{name: kuhn_poker}}\ntrain:\n  ray: {{enabled: false}}\n{train}"
+        )
+        cfg = load_config_text(text)
+        assert engine_scores(cfg, "vllm:" + host_key(cfg, cfg.roles[0])) is merged, mode
 
 
 def probs(responses) -> list[float]:
