@@ -186,6 +186,13 @@ class MagnetConfig(StrictModel):
         le=1,
         description="g: the magnet's adapter weights become (1 - g) magnet + g policy (1: a copy).",
     )
+    start: Literal["policy", "uniform"] = Field(
+        "policy",
+        description="The magnet at the start: the initial policy, or uniform over the legal moves "
+        "(policy targets only; each move then gives the policy a share g of the magnet, the rest "
+        "staying uniform: log rho = share x log magnet).  A peaked initial policy (free text) "
+        "held as the magnet keeps the policy peaked (docs/algorithms.md#magnet-schedule).",
+    )
 
 
 class PolicyTargetConfig(StrictModel):
@@ -454,6 +461,16 @@ class TrainConfig(StrictModel):
                 "advantages (a return minus its state's mean, in reward units): "
                 "it needs advantage agent_wise or global, group_by: state, "
                 f"advantage_scale: none and common_mode: 0 (check {bad})"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _magnet_start(self) -> TrainConfig:
+        read = self.magnet.alpha > 0 and self.policy_target.eta > 0
+        if self.magnet.start == "uniform" and not read:
+            raise ValueError(
+                "magnet.start uniform is a distribution over the legal moves, which only "
+                "policy targets read: set magnet.alpha > 0 and policy_target.eta > 0"
             )
         return self
 

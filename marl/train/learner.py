@@ -223,6 +223,7 @@ class Learner:
             host.model, self.params, lr=cfg.lr, max_grad_norm=cfg.max_grad_norm
         )
         self.ranks = Ranks.current()  # after the optimizer, which may start a group of one
+        self.magnet_share = 1.0  # the magnet adapters' share of the magnet (set_magnet)
         if cfg.magnet.alpha > 0:
             self._add_magnets()
         self.objective = OBJECTIVES[objective_name(cfg)](self)
@@ -269,10 +270,12 @@ class Learner:
             )
         self.set_magnet(start)
 
-    def set_magnet(self, weights: dict[str, dict[str, torch.Tensor]]) -> None:
-        """The magnets take ``weights`` (per adapter): ``rho <- pi`` when they are the policy's."""
+    def set_magnet(self, weights: dict[str, dict[str, torch.Tensor]], share: float = 1.0) -> None:
+        """The magnets take ``weights`` (per adapter): ``rho <- pi`` when they are the policy's;
+        ``share``: the adapters' share of the magnet, the rest uniform (``magnet.start``)."""
         for a in self.adapters:
             self.host.set_adapter_weights(magnet_adapter(a), weights[a])
+        self.magnet_share = share
 
     def magnet_logp(self, items: list[TrainItem]):
         """The magnet's log-probs of ``items``: per decision its distribution over the legal

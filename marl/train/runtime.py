@@ -76,8 +76,8 @@ class Runtime(Protocol):
 
     def weights(self) -> Weights: ...
 
-    def set_magnet(self, weights: Weights) -> None:
-        """The learners' magnets (``train.magnet``) take ``weights``."""
+    def set_magnet(self, weights: Weights, share: float = 1.0) -> None:
+        """The learners' magnets (``train.magnet``) take ``weights`` and ``share``."""
         ...
 
     def optimizer_states(self) -> dict[str, dict]: ...
@@ -132,8 +132,8 @@ class LearnerProcess:
     def weights(self) -> Weights:
         return self.learner.weights()
 
-    def set_magnet(self, weights: Weights) -> None:
-        self.learner.set_magnet(weights)
+    def set_magnet(self, weights: Weights, share: float = 1.0) -> None:
+        self.learner.set_magnet(weights, share)
 
     def optimizer_state(self) -> dict:
         return self.learner.optimizer_state()
@@ -185,9 +185,9 @@ class LocalRuntime:
     def weights(self) -> Weights:
         return {a: w for lp in self.learners.values() for a, w in lp.weights().items()}
 
-    def set_magnet(self, weights: Weights) -> None:
+    def set_magnet(self, weights: Weights, share: float = 1.0) -> None:
         for lp in self.learners.values():
-            lp.set_magnet(weights)
+            lp.set_magnet(weights, share)
 
     def optimizer_states(self) -> dict[str, dict]:
         return {k: lp.optimizer_state() for k, lp in self.learners.items()}
@@ -356,9 +356,9 @@ class RayRuntime:
     def weights(self) -> Weights:
         return self._gather("weights")
 
-    def set_magnet(self, weights: Weights) -> None:
+    def set_magnet(self, weights: Weights, share: float = 1.0) -> None:
         ref = self.ray.put(weights)
-        self._gather("set_magnet", ref)
+        self._gather("set_magnet", ref, share)
 
     def optimizer_states(self) -> dict[str, dict]:
         refs = {k: g.submit("optimizer_state") for k, g in self.learners.items()}

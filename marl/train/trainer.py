@@ -163,6 +163,8 @@ class Trainer:
             if self.tc.magnet.alpha > 0 and self.trainable_roles
             else None
         )
+        if self.magnet is not None and self.magnet.share < 1:  # start: uniform
+            self.runtime.set_magnet(self.magnet.weights, self.magnet.share)
         self.step_metrics = StepMetrics.of(cfg, self.trainable_roles, self.magnet is not None)
         if ckpt is not None:
             self._restore(ckpt)
@@ -274,7 +276,7 @@ class Trainer:
         weights = self.runtime.weights()
         check_finite(step, weights, self.tc.lr_at(step))
         if self.magnet is not None and self.magnet.due(step):
-            self.runtime.set_magnet(self.magnet.move(weights))
+            self.runtime.set_magnet(*self.magnet.move(weights))
         snap = self.league.maybe_snapshot(step, weights)
         self.runtime.publish(weights, dict(self.league.snapshots), step)
         t4 = time.perf_counter()
@@ -354,7 +356,7 @@ class Trainer:
         self.runtime.publish(ck.weights, dict(self.league.snapshots), ck.step)
         self.graph.load(path)
         if self.magnet is not None:
-            self.runtime.set_magnet(self.magnet.load(path))
+            self.runtime.set_magnet(*self.magnet.load(path))
         # the loggers drop what they hold after the checkpoint (those steps are replayed) and
         # write its own line if the kill came before it was logged
         self.ckpt_metrics = ck.state.get("metrics")

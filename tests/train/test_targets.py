@@ -3,6 +3,7 @@ fit on the tiny model, the config's checks and a training run."""
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +22,7 @@ from marl.train.objectives.policy_target import (
     gauss_newton,
     gauss_newton_fit,
     jacobian,
+    magnet_read,
     mmd_target,
     state_jacobian,
     state_key,
@@ -313,3 +315,52 @@ def test_the_kuhn_target_recipe_runs_on_the_tiny_model(tmp_path: Path) -> None:
     assert [h["step"] for h in hist] == [1, 2]
     assert all(_learner(h)["fit_residual"] <= _learner(h)["loss"] for h in hist)
     assert all("exploitability" in h["eval"] for h in hist)
+
+
+def test_a_uniform_magnet_read_keeps_its_share_of_the_adapter_and_its_pads() -> None:
+    """``magnet.start: uniform``: log rho = share x log p_M, normalised; share 0 is uniform
+    over the legal moves, share 1 the adapter's own distribution (returned as it is)."""
+    logp = torch.log_softmax(torch.tensor([[2.0, -1.0, 0.5], [1.0, 3.0, -math.inf]]), -1)
+    torch.testing.assert_close(magnet_read(logp, 0.0)[0].exp(), torch.full((3,), 1 / 3))
+    assert magnet_read(logp, 0.0)[1].tolist() == pytest.approx([math.log(0.5)] * 2 + [-math.inf])
+    assert magnet_read(logp, 1.0) is logp
+    torch.testing.assert_close(magnet_read(logp, 0.5)[0], torch.log_softmax(0.5 * logp[0], -1))
+
+
+def test_a_uniform_magnet_start_moves_its_share_and_resumes_as_an_uninterrupted_run(
+    tmp_path: Path,
+) -> None:
+    """From a uniform start every move gives the policy g of the magnet: the share goes
+    0 -> 0.5 -> 0.75 (g 0.5), the adapter a copy of the policy at the first move and then
+    mixed g / share of the way; the learners read that share, and a run resumed from a
+    checkpoint (the share in the magnet's safetensors metadata) equals an uninterrupted one.
+    Without policy targets the setting is refused."""
+    magnet = "  magnet: {alpha: 0.5, every: 1, mix: 0.5, start: uniform}\n"
+    cfg = load_config_text(tiny_team("kuhn_poker", KUHN + TARGET + magnet))
+    tr = Trainer(cfg, tmp_path / "steps")
+    learner = next(iter(tr.runtime.learners.values())).learner
+    assert tr.magnet is not None and tr.magnet.share == learner.magnet_share == 0.0
+    tr.train_step()
+    first = tr.runtime.weights()["player"]
+    assert tr.magnet.share == learner.magnet_share == 0.5
+    assert all(torch.equal(tr.magnet.weights["player"][k], v) for k, v in first.items())
+    tr.train_step()
+    second = tr.runtime.weights()["player"]
+    assert tr.magnet.share == learner.magnet_share == 0.75
+    for k, v in second.items():
+        torch.testing.assert_close(tr.magnet.weights["player"][k], (first[k] + 2 * v) / 3)
+    Trainer(cfg, tmp_path / "full").fit()
+    Trainer(cfg.replace(train=cfg.train.replace(steps=2)), tmp_path / "cut").fit()
+    resumed = Trainer(cfg, tmp_path / "cut", resume=True)
+    assert resumed.step == 2 and resumed.magnet is not None and resumed.magnet.share == 0.75
+    resumed.fit()
+
+    def rows(run: Path) -> list[dict]:
+        out = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
+        for r in out:
+            r.pop("seconds"), r.pop("tokens_per_s"), r.pop("games_per_min")
+        return out
+
+    assert rows(tmp_path / "cut") == rows(tmp_path / "full")
+    with pytest.raises(ConfigError, match="magnet.start uniform .* policy_target.eta > 0"):
+        load_config_text(tiny_team("kuhn_poker", KUHN + magnet))

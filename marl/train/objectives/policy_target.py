@@ -112,6 +112,17 @@ def mmd_target(
     return torch.log_softmax(z, -1)
 
 
+def magnet_read(magnet_logp: torch.Tensor, share: float) -> torch.Tensor:
+    """log rho over the last axis: ``share`` of the magnet adapter's distribution, the rest
+    uniform (``log rho = share log p_M + const``; ``train.magnet.start: uniform``, share 0 at
+    first); -inf pads stay -inf."""
+    if share == 1:
+        return magnet_logp
+    return torch.log_softmax(
+        torch.where(torch.isfinite(magnet_logp), share * magnet_logp, magnet_logp), -1
+    )
+
+
 def target_kl(logp: torch.Tensor, target_logp: torch.Tensor) -> torch.Tensor:
     """KL(pi_target || pi_theta) per row, the fitting loss (gradient through ``logp``)."""
     p = target_logp.exp()
@@ -474,8 +485,9 @@ class PolicyTarget:
         if learner.cfg.magnet.alpha > 0:
             with torch.no_grad(), learner.compute():
                 for group in b.by_adapter.values():
-                    states = [b.states[k] for k in group]
-                    b.rho.update(zip(group, learner.magnet_logp(states), strict=True))
+                    dists = learner.magnet_logp([b.states[k] for k in group])
+                    rho = [magnet_read(r, learner.magnet_share) for r in dists]
+                    b.rho.update(zip(group, rho, strict=True))
         if self.cfg.solver == "gauss_newton":
             result = self._gauss_newton(b, self._loss(b, False))
         else:

@@ -94,6 +94,7 @@ from marl.train.objectives.policy_target import (
     adam_fit,
     adapter_gauss_newton,
     difference_jacobian,
+    magnet_read,
     state_key,
     target_batch,
     target_kl,
@@ -273,7 +274,9 @@ class ThinkTarget:
                         for chunk in self._chunks(b, group):
                             dists = self.learner.reasoned_moves([it for s in chunk for it in s])
                             keys = [state_key(s[0]) for s in chunk]
-                            b.rho.update(zip(keys, mixtures(chunk, dists), strict=True))
+                            share = self.learner.magnet_share
+                            rho = [magnet_read(m, share) for m in mixtures(chunk, dists)]
+                            b.rho.update(zip(keys, rho, strict=True))
         return b
 
     def _chunks(self, b: TargetBatch, keys: list[tuple]) -> list[list[State]]:
