@@ -165,6 +165,23 @@ def test_think_reasons_on_the_engine_and_chooses_as_the_hf_policy_would(
         assert r.text.endswith(THINK_SEPARATOR + req.action_texts[r.choice])
 
 
+def test_free_answers_are_read_as_the_hf_policy_reads_them(
+    engine: VLLMEngine, host: ModelHost
+) -> None:
+    """Policy targets read a free-text decision through the probabilities of its legal moves'
+    own answers (``answer_ids``): the engine's, from prompt log-probs, equal the learner's."""
+    perturb(host, 4)
+    out = VLLMPolicy(engine, host, "player", temperature=1.0, max_new_tokens=6).act(requests())
+    assert all(r.answer_ids is not None and len(r.answer_ids) == 3 for r in out)
+    mine = VLLMPolicy(engine, host, "player").answer_probs(out)
+    hf = HFPolicy(host, "player").answer_probs(out)
+    assert min(p for row in hf for p in row) > 0
+    for m, h in zip(mine, hf, strict=True):
+        assert m == pytest.approx(h, rel=1e-3)
+
+
+# After every test of the module's engine: a second engine's teardown resets vLLM's
+# process-wide parallel state, which the first one needs.
 def test_lora_requests_follow_each_update_and_each_role(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
@@ -193,21 +210,6 @@ def test_lora_requests_follow_each_update_and_each_role(
         VLLMPolicy(engine, host, "player", mode="choice")
     with pytest.raises(ValueError, match="weight_sync='merge'"):
         policies["player"].answer_probs(out)
-
-
-def test_free_answers_are_read_as_the_hf_policy_reads_them(
-    engine: VLLMEngine, host: ModelHost
-) -> None:
-    """Policy targets read a free-text decision through the probabilities of its legal moves'
-    own answers (``answer_ids``): the engine's, from prompt log-probs, equal the learner's."""
-    perturb(host, 4)
-    out = VLLMPolicy(engine, host, "player", temperature=1.0, max_new_tokens=6).act(requests())
-    assert all(r.answer_ids is not None and len(r.answer_ids) == 3 for r in out)
-    mine = VLLMPolicy(engine, host, "player").answer_probs(out)
-    hf = HFPolicy(host, "player").answer_probs(out)
-    assert min(p for row in hf for p in row) > 0
-    for m, h in zip(mine, hf, strict=True):
-        assert m == pytest.approx(h, rel=1e-3)
 
 
 def test_an_engine_for_free_text_read_by_policy_targets_merges_its_weights() -> None:

@@ -131,6 +131,14 @@ def test_the_option_off_leaves_the_update_bit_identical(tmp_path: Path) -> None:
     assert not any(a.endswith("@magnet") for a in host.adapters)
 
 
+def metrics_rows(run: Path) -> list[dict]:
+    """A run's metrics lines without their timings (what a resumed run must reproduce)."""
+    out = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
+    for r in out:
+        r.pop("seconds"), r.pop("tokens_per_s"), r.pop("games_per_min")
+    return out
+
+
 def _magnet(trainer: Trainer) -> dict[str, torch.Tensor]:
     host = next(iter(trainer.runtime.learners.values())).learner.host
     return host.adapter_weights(magnet_adapter("player"))
@@ -168,14 +176,7 @@ def test_resume_keeps_the_magnet_and_equals_an_uninterrupted_run(tmp_path: Path)
     resumed = Trainer(cfg, tmp_path / "cut", resume=True)
     assert resumed.step == 3
     resumed.fit()
-
-    def rows(run: Path) -> list[dict]:
-        out = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
-        for r in out:
-            r.pop("seconds"), r.pop("tokens_per_s"), r.pop("games_per_min")
-        return out
-
-    assert rows(tmp_path / "cut") == rows(tmp_path / "full")
+    assert metrics_rows(tmp_path / "cut") == metrics_rows(tmp_path / "full")
     assert _same(_magnet(resumed), _magnet(full))
     assert _same(resumed.runtime.weights()["player"], full.runtime.weights()["player"])
 

@@ -3,7 +3,6 @@ fit on the tiny model, the config's checks and a training run."""
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -11,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from test_learner import TEMPERATURE, _batch, _host
-from test_magnet import KUHN, _learner, _perturbed
+from test_magnet import KUHN, _learner, _perturbed, metrics_rows
 
 from helpers import tiny_smoke, tiny_team, train_config
 from marl.config import ConfigError, load_config_text
@@ -354,13 +353,6 @@ def test_a_uniform_magnet_start_moves_its_share_and_resumes_as_an_uninterrupted_
     resumed = Trainer(cfg, tmp_path / "cut", resume=True)
     assert resumed.step == 2 and resumed.magnet is not None and resumed.magnet.share == 0.75
     resumed.fit()
-
-    def rows(run: Path) -> list[dict]:
-        out = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
-        for r in out:
-            r.pop("seconds"), r.pop("tokens_per_s"), r.pop("games_per_min")
-        return out
-
-    assert rows(tmp_path / "cut") == rows(tmp_path / "full")
+    assert metrics_rows(tmp_path / "cut") == metrics_rows(tmp_path / "full")
     with pytest.raises(ConfigError, match="magnet.start uniform .* policy_target.eta > 0"):
         load_config_text(tiny_team("kuhn_poker", KUHN + magnet))

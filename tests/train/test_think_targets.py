@@ -128,6 +128,18 @@ def _hand_kl(host, items, targets) -> float:
     return sum(kls) / len(kls)
 
 
+def _gauss_newton_by_hand(host: ModelHost, items: list[TrainItem], **target):
+    """A Gauss-Newton update (2 steps, with a magnet) and the mixtures' KL to the hand-made
+    targets before it: the update's ``loss`` is that KL, its ``fit_residual`` the KL after."""
+    learner = _learner_with_magnet(host, fit_steps=2, solver="gauss_newton", **target)
+    targets = _hand_targets(host, items, 2.0, 0.5)
+    before = _hand_kl(host, items, targets)
+    stats = learner.update(items)
+    assert stats.loss == pytest.approx(before, rel=1e-4)
+    assert stats.fit_residual == pytest.approx(_hand_kl(host, items, targets), rel=1e-4, abs=1e-6)
+    return stats, before
+
+
 def _learner_with_magnet(host: ModelHost, lr: float = 0.05, **target) -> Learner:
     learner = Learner(
         train_config(lr=lr, magnet={"alpha": 0.5}, policy_target={"eta": 2.0, **target}),
@@ -200,12 +212,7 @@ def test_without_a_reasoning_weight_the_reasoning_is_never_scored(
         raise AssertionError("the reasoning was scored")
 
     monkeypatch.setattr(host, "reasoned_stats", refused)
-    learner = _learner_with_magnet(host, fit_steps=2, reasoning_weight=0.0, solver="gauss_newton")
-    targets = _hand_targets(host, items, 2.0, 0.5)
-    before = _hand_kl(host, items, targets)
-    stats = learner.update(items)
-    assert stats.loss == pytest.approx(before, rel=1e-4)
-    assert stats.fit_residual == pytest.approx(_hand_kl(host, items, targets), rel=1e-4, abs=1e-6)
+    stats, before = _gauss_newton_by_hand(host, items, reasoning_weight=0.0)
     assert stats.fit_residual < before and stats.clip_frac == 0.0
 
 
@@ -289,12 +296,7 @@ def test_gauss_newton_with_the_reasoning_term_reports_the_weights_kept() -> None
     0.7), kept only if it lowers it: ``fit_residual`` is the moves' KL at the final weights."""
     host = _host()
     items = _think_items(host)
-    learner = _learner_with_magnet(host, fit_steps=2, reasoning_weight=0.7, solver="gauss_newton")
-    targets = _hand_targets(host, items, 2.0, 0.5)
-    before = _hand_kl(host, items, targets)
-    stats = learner.update(items)
-    assert stats.loss == pytest.approx(before, rel=1e-4)
-    assert stats.fit_residual == pytest.approx(_hand_kl(host, items, targets), rel=1e-4, abs=1e-6)
+    stats, before = _gauss_newton_by_hand(host, items, reasoning_weight=0.7)
     assert stats.fit_residual < 0.5 * before
     assert 0.0 <= stats.clip_frac <= 1.0
 
