@@ -310,7 +310,7 @@ class VLLMPolicy:
             )
         lora = self.engine.activate(self.host, self.adapter)
         scores = self.scores(
-            [r.prompt_ids for r in responses], [r.answer_ids or [] for r in responses], lora
+            [r.prompt_ids for r in responses], [r.answer_ids for r in responses], lora
         )
         return [[math.exp(s) for s in row] for row in scores]
 

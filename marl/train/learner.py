@@ -38,6 +38,7 @@ from marl.agents.precision import autocast
 from marl.agents.rollout import Turn
 from marl.config import TeamConfig
 from marl.config.train import TrainConfig
+from marl.train.magnet import start_share
 from marl.train.objectives import OBJECTIVES, objective_name
 from marl.train.optim import Optimizer, OptimizerFactory, TorchAdamW
 from marl.train.ranks import Ranks
@@ -268,7 +269,7 @@ class Learner:
                 dropout=conf.lora_dropout,
                 targets=sorted(conf.target_modules),
             )
-        self.set_magnet(start)
+        self.set_magnet(start, start_share(self.cfg.magnet))
 
     def set_magnet(self, weights: dict[str, dict[str, torch.Tensor]], share: float = 1.0) -> None:
         """The magnets take ``weights`` (per adapter): ``rho <- pi`` when they are the policy's;

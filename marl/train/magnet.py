@@ -27,11 +27,16 @@ from marl.train.league import Weights
 FOLDER = "magnet"
 
 
+def start_share(cfg: MagnetConfig) -> float:
+    """The adapter's share of the magnet before its first move."""
+    return 0.0 if cfg.start == "uniform" else 1.0
+
+
 class Magnet:
     def __init__(self, cfg: MagnetConfig, start: Weights) -> None:
         self.cfg = cfg
         self.weights: Weights = start
-        self.share = 0.0 if cfg.start == "uniform" else 1.0
+        self.share = start_share(cfg)
 
     def due(self, step: int) -> bool:
         return step % self.cfg.every == 0

@@ -163,8 +163,6 @@ class Trainer:
             if self.tc.magnet.alpha > 0 and self.trainable_roles
             else None
         )
-        if self.magnet is not None and self.magnet.share < 1:  # start: uniform
-            self.runtime.set_magnet(self.magnet.weights, self.magnet.share)
         self.step_metrics = StepMetrics.of(cfg, self.trainable_roles, self.magnet is not None)
         if ckpt is not None:
             self._restore(ckpt)

@@ -12,8 +12,8 @@ adapter's weights).  What it asks is how the magnet's start and reading change t
 
 - ``copy``: the recipe's magnet, a copy of the starting (peaked) table;
 - ``uniform``: the magnet starts uniform (MMD's own magnet), then follows the table;
-- ``tempered T``: the magnet's distribution read at temperature T (its logits / T): a flatter
-  pull towards the same moves.
+- a temperature T: the magnet's distribution read at T (its logits / T), a flatter pull
+  towards the same moves.
 
     .venv/bin/python -m scripts.experiments.kuhn_mmd_start [--steps 60] [--json]
 
@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
@@ -35,12 +36,13 @@ GAME = "kuhn_poker"
 CHECK, BET, CALL, FOLD = range(4)
 #: The untrained SmolLM2 answers' log-probability gaps (docs/lab/kuhn-text.md).
 PEAKED = {CHECK: 5.2, CALL: 1.8}
+LEGAL = {key: acts for key, _, acts in info_states(GAME)}
 
 
 @dataclass(frozen=True)
 class Variant:
     name: str
-    magnet: str = "copy"  # copy | uniform
+    magnet: Literal["copy", "uniform"] = "copy"
     temperature: float = 1.0  # the magnet's distribution read at this temperature
     eta: float = 5.0
     alpha: float = 0.5
@@ -60,14 +62,13 @@ def peaked_start() -> dict[str, torch.Tensor]:
     """Per information state, logits with the untrained answers' gaps."""
     return {
         key: torch.tensor([PEAKED.get(a, 0.0) for a in legal], dtype=torch.float64)
-        for key, _, legal in info_states(GAME)
+        for key, legal in LEGAL.items()
     }
 
 
 def table(logits: dict[str, torch.Tensor]) -> dict[str, dict[int, float]]:
-    legal = {key: acts for key, _, acts in info_states(GAME)}
     return {
-        k: dict(zip(legal[k], torch.softmax(v, 0).tolist(), strict=True)) for k, v in logits.items()
+        k: dict(zip(LEGAL[k], torch.softmax(v, 0).tolist(), strict=True)) for k, v in logits.items()
     }
 
 
@@ -77,12 +78,11 @@ def run(v: Variant, steps: int) -> list[float]:
     magnet = {
         k: torch.zeros_like(x) if v.magnet == "uniform" else x.clone() for k, x in policy.items()
     }
-    legal = {key: acts for key, _, acts in info_states(GAME)}
     out = []
     for step in range(1, steps + 1):
         q = state_action_values(GAME, table(policy))
         for key, logits in policy.items():
-            values = torch.tensor([q[key][a] for a in legal[key]], dtype=torch.float64)
+            values = torch.tensor([q[key][a] for a in LEGAL[key]], dtype=torch.float64)
             rho = torch.log_softmax(magnet[key] / v.temperature, 0)
             policy[key] = mmd_target(torch.log_softmax(logits, 0), rho, values, v.eta, v.alpha)
         if step % v.every == 0:

@@ -272,7 +272,7 @@ class ThinkTarget:
                 for adapter, group in b.by_adapter.items():
                     with self.learner.host.use(magnet_adapter(adapter)):
                         for chunk in self._chunks(b, group):
-                            dists = self.learner.reasoned_moves([it for s in chunk for it in s])
+                            dists = self.learner.reasoned_moves(_items(chunk))
                             keys = [state_key(s[0]) for s in chunk]
                             share = self.learner.magnet_share
                             rho = [magnet_read(m, share) for m in mixtures(chunk, dists)]
