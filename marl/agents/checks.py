@@ -19,6 +19,7 @@ from marl.games.bots import bot_names
 from marl.games.external import UnsupportedEnv
 from marl.games.guard import GameError, trial
 from marl.games.tasks import make_task, task_names
+from marl.infra.seats import UNTRAINED
 from marl.topologies import TopologyError, build_topology
 
 #: A rule on a team and the seats (agent names) its game or task gives it.
@@ -146,17 +147,18 @@ def reward_scales_name_seats(cfg: TeamConfig, seats: list[str]) -> list[PathProb
 
 
 def bots_exist(cfg: TeamConfig, seats: list[str]) -> list[PathProblem]:
-    """League anchors and the branches' players are bots of the game (anchors: or folders)."""
+    """League anchors and the branches' players are bots of the game (anchors: or folders, or
+    the untrained self)."""
     assert cfg.train is not None
     bots = bot_names(cfg.game.name)
     problems: list[PathProblem] = [
         (
             ("train", "league", "anchors", i),
             f"league anchor {a!r} is neither a bot of {cfg.game.name} ({', '.join(bots)}) "
-            "nor a folder",
+            f"nor a folder nor {UNTRAINED}",
         )
         for i, a in enumerate(cfg.train.league.anchors)
-        if a not in bots and not Path(a).is_dir()
+        if a not in bots and a != UNTRAINED and not Path(a).is_dir()
     ]
     if cfg.train.branch_rollout not in ("policy", *bots):
         problems.append(

@@ -182,7 +182,8 @@ def answer_read(
 
 def retry_request(request: Request, answer: str, error: str) -> Request:
     """``request`` with the unplayable ``answer`` and the error appended to the chat."""
-    moves = " ".join(request.action_texts)
+    summarise = getattr(request.env, "legal_summary", None)  # games with long move lists
+    moves = (summarise and summarise(request.agent)) or " ".join(request.action_texts)
     messages = [
         *request.messages,
         {"role": "assistant", "content": answer},

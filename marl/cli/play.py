@@ -176,7 +176,9 @@ def _default_opponent(config: str, cfg: TeamConfig, n_seats: int) -> str | None:
         f"playing against {anchors[0]} (the config's first league anchor; --against to choose)",
         err=True,
     )
-    return anchors[0]
+    from marl.infra.seats import UNTRAINED
+
+    return config if anchors[0] == UNTRAINED else anchors[0]  # a team file plays untrained
 
 
 def _play_bots(

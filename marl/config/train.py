@@ -29,7 +29,8 @@ class LeagueConfig(StrictModel):
     anchors: list[str] = Field(
         default_factory=list,
         description="Fixed opponents: bots of the game (random, and its own, e.g. heuristic or "
-        "optimal) or checkpoint folders.",
+        "optimal), checkpoint folders, or untrained: the trained role's model without its "
+        "adapter (its untrained self).",
     )
     latest_prob: Float = Field(
         0.3,

@@ -9,14 +9,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-Kind = Literal["team", "bot", "ckpt", "snap"]
+Kind = Literal["team", "bot", "ckpt", "snap", "base"]
+UNTRAINED = "untrained"  # the league anchor that is the trained role's model without its adapter
 
 
 @dataclass(frozen=True)
 class ParticipantId:
     """Who sits in a training game's seat, written ``<kind>:<arg>``: ``team:<i>`` (the i-th
     agent of the team), ``bot:<name>``, ``ckpt:<folder>`` (a run, checkpoint or exported
-    team) or ``snap:<step>`` (a league snapshot of the trained role).  The written form is
+    team), ``snap:<step>`` (a league snapshot of the trained role) or ``base:untrained`` (the
+    trained role's model without its adapter: its untrained self).  The written form is
     what checkpoints store and what the agent in the seat is named."""
 
     kind: Kind

@@ -17,15 +17,24 @@ from collections.abc import Mapping
 import torch
 
 from marl.config.train import LeagueConfig
-from marl.infra.seats import ParticipantId
+from marl.infra.seats import UNTRAINED, ParticipantId
 
 Weights = dict[str, dict[str, torch.Tensor]]  # adapter -> tensor name -> tensor
+
+
+def anchor_id(anchor: str, bot_names: list[str]) -> ParticipantId:
+    """Who a ``league.anchors`` entry seats: a bot, the untrained self, or a checkpoint."""
+    if anchor in bot_names:
+        return ParticipantId("bot", anchor)
+    if anchor == UNTRAINED:
+        return ParticipantId("base", UNTRAINED)
+    return ParticipantId("ckpt", anchor)
 
 
 class League:
     def __init__(self, cfg: LeagueConfig, bot_names: list[str]) -> None:
         self.cfg = cfg
-        self.anchors = [ParticipantId("bot" if a in bot_names else "ckpt", a) for a in cfg.anchors]
+        self.anchors = [anchor_id(a, bot_names) for a in cfg.anchors]
         self.snapshots: OrderedDict[ParticipantId, Weights] = OrderedDict()
         self.results: dict[ParticipantId, list[int]] = {}  # opponent -> [games, trainee losses]
 

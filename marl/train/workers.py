@@ -192,14 +192,16 @@ class RolloutWorker:
                 adapter, r=a.r, alpha=a.alpha, dropout=a.dropout, targets=a.targets
             )
             self.host.set_adapter_weights(adapter, weights[self.trainee.name])
-            agent = Agent(
-                str(sid),
-                self.trainee.name,
-                hf_role_policy(self.host, adapter, self.trainee, 0),
-                self.roster.agents[0].system_prompt,
-                self.trainee.decoding.mode,
-            )
+            agent = self._trainee_agent(sid, adapter)
             self.extra[sid] = agent if learn else _opponent(sid, agent)
+
+    def _trainee_agent(self, pid: ParticipantId, adapter: str | None) -> Agent:
+        """The trained role's model under ``adapter`` (None: without one), prompted as in
+        training."""
+        assert self.host is not None and self.trainee is not None  # the config requires one
+        policy = hf_role_policy(self.host, adapter, self.trainee, 0)
+        prompt = self.roster.agents[0].system_prompt
+        return Agent(str(pid), self.trainee.name, policy, prompt, self.trainee.decoding.mode)
 
     # ----- playing
     def _participant(self, pid: ParticipantId) -> Agent:
@@ -208,9 +210,15 @@ class RolloutWorker:
         if pid not in self.extra:
             if pid.kind == "snap":
                 raise KeyError(f"unknown participant {str(pid)!r} (snapshots must be synced first)")
-            loader = ParticipantLoader(self.cfg.game.name, hosts=self.roster.hosts)
-            self.extra[pid] = _opponent(pid, loader.load(pid.arg, name=str(pid)))
+            self.extra[pid] = _opponent(pid, self._load(pid))
         return self.extra[pid]
+
+    def _load(self, pid: ParticipantId) -> Agent:
+        """A fixed opponent: the trained role's model without its adapter, or a loaded one."""
+        if pid.kind == "base":
+            return self._trainee_agent(pid, None)
+        loader = ParticipantLoader(self.cfg.game.name, hosts=self.roster.hosts)
+        return loader.load(pid.arg, name=str(pid))
 
     def play(self, specs: list[EpisodeSpec], step: int, run_seed: int) -> list[Episode]:
         """Play ``specs``; each batch of specs is re-seeded from its first episode index, and

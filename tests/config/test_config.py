@@ -842,5 +842,5 @@ def test_validate_checks_the_train_section_against_the_game(tmp_path: Path) -> N
         f"{f}:14:18: train.reward_scales: train.reward_scales names ['nobody']; the seats of "
         "kuhn_poker are player_0, player_1",
         f"{f}:15:22: train.league.anchors.0: league anchor 'x' is neither a bot of kuhn_poker "
-        "(heuristic, optimal, random) nor a folder",
+        "(heuristic, optimal, random) nor a folder nor untrained",
     ]

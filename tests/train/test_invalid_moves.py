@@ -11,7 +11,7 @@ from helpers import tiny_smoke, tiny_team
 from marl import games
 from marl.agents.agent import Agent
 from marl.agents.policy import Request, Response
-from marl.agents.rollout import RolloutEngine
+from marl.agents.rollout import RolloutEngine, retry_request
 from marl.config import load_config_text
 from marl.config.train import InvalidMovesConfig
 from marl.orchestrator.arena.play import PlayReport
@@ -68,6 +68,21 @@ def test_retry_asks_again_with_the_answer_and_the_error() -> None:
     retried = [r for r in policy.seen if len(r.messages) == 3]
     assert retried and retried[0].messages[1] == {"role": "assistant", "content": "I have no idea"}
     assert "no action found" in retried[0].messages[2]["content"]
+
+
+def test_a_retry_states_a_long_move_family_as_its_rule() -> None:
+    game = games.make("negotiation")
+    game.reset(seed=0)
+    agent = game.agent_selection
+    request = Agent(agent, "player", Stubborn(), "", "free").request(game, agent)
+    asked = retry_request(request, "I have no idea", "no action found").messages[-1]["content"]
+    assert asked.endswith(f"ending with one of: {game.legal_summary(agent)}")
+    assert "[propose 0 0 0]" not in asked  # not the list of every split
+    kuhn = games.make("kuhn_poker")
+    kuhn.reset(seed=0)
+    request = Agent("p", "player", Stubborn(), "", "free").request(kuhn, kuhn.agent_selection)
+    asked = retry_request(request, "?", "no action found").messages[-1]["content"]
+    assert asked.endswith("ending with one of: [Check] [Bet]")
 
 
 def test_retry_forfeits_once_the_retries_are_spent() -> None:

@@ -114,3 +114,20 @@ def test_a_checkpoint_anchor_s_turns_are_never_trained_on(tmp_path: Path) -> Non
     theirs = [t for ep in res.episodes for t in ep.turns if t.name not in team_agents(cfg)]
     assert theirs and {t.role for t in theirs} == {f"ckpt:{folder}@player"}
     assert res.metrics["decisions"] == sum(len(ep.turns) for ep in res.episodes) - len(theirs)
+
+
+def test_the_untrained_anchor_is_the_trained_role_without_its_adapter(tmp_path: Path) -> None:
+    assert League(LeagueConfig(anchors=["untrained"]), []).anchors == [
+        ParticipantId("base", "untrained")
+    ]
+    run = LEAGUE_RUN.format("true").replace("snapshot_every: 1", "anchors: [untrained]")
+    cfg = load_config_text(tiny_team("kuhn_poker", run))
+    tr = Trainer(cfg, tmp_path / "run")
+    res = tr.train_step()  # every game meets the untrained self, whose turns are not learned
+    theirs = [t for ep in res.episodes for t in ep.turns if t.name not in team_agents(cfg)]
+    assert theirs and {t.role for t in theirs} == {"base:untrained@player"}
+    assert res.metrics["decisions"] == sum(len(ep.turns) for ep in res.episodes) - len(theirs)
+    anchor = tr.runtime.worker.extra[ParticipantId("base", "untrained")]
+    trainee = tr.runtime.worker.roster.agents[0]
+    assert anchor.policy.adapter is None and trainee.policy.adapter is not None
+    assert anchor.policy.host is trainee.policy.host  # one copy of the weights
