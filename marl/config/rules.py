@@ -179,7 +179,8 @@ def something_to_train(cfg: TeamConfig) -> list[PathProblem]:
 
 
 def learner_fits(cfg: TeamConfig) -> list[PathProblem]:
-    """What the magnet and the Gauss-Newton solver need of the learner backend."""
+    """What the magnet, the Gauss-Newton solver and ZeRO-3 over several ranks need of the
+    learner backend and the roles."""
     tc = cfg.train
     if tc is None:
         return []
@@ -190,6 +191,18 @@ def learner_fits(cfg: TeamConfig) -> list[PathProblem]:
                 ("train", "magnet", "alpha"),
                 "train.magnet needs the magnet's adapter whole on the learner: use ZeRO "
                 "stage 1 or 2, or the torch backend",
+            )
+        )
+    zero3 = tc.learner.backend == "deepspeed" and tc.learner.zero_stage == 3
+    think = [r.name for r in cfg.roles if r.adapter is not None and r.decoding.mode == "think"]
+    if zero3 and tc.learner.ranks > 1 and think:
+        problems.append(
+            (
+                ("train", "learner", "zero_stage"),
+                f"learner.zero_stage 3 on {tc.learner.ranks} ranks gathers the parameters in "
+                "every forward, so the ranks must make the same forwards: choice and free "
+                f"decisions take one per micro-batch, the think passes of {', '.join(think)} "
+                "do not; use zero_stage 1 or 2, or learner.ranks 1",
             )
         )
     target = tc.policy_target

@@ -92,8 +92,9 @@ class LearnerConfig(StrictModel):
         le=1024,
         description="Processes per learner (a learner group, with Ray): each takes a share of "
         "the step's items and the gradients are summed over them, so the update equals one "
-        "process's; with deepspeed, ZeRO-1/2 shard over them (ZeRO-3 runs on one rank).  Each "
-        "rank reserves ray.cpus_per_learner and ray.gpus_per_learner.",
+        "process's; with deepspeed, ZeRO shards over them (ZeRO-3 scores with one forward per "
+        "micro-batch, no shared prompt heads, and no think roles).  Each rank reserves "
+        "ray.cpus_per_learner and ray.gpus_per_learner.",
     )
     placement: Literal["pack", "spread"] = Field(
         "pack",
@@ -481,16 +482,6 @@ class TrainConfig(StrictModel):
             raise ValueError("learner.ranks > 1 runs the ranks as Ray actors: set ray.enabled")
         if self.learner.ranks > 1 and self.policy_target.eta > 0:
             raise ValueError("policy_target's fit runs on one process: set learner.ranks: 1")
-        if (
-            self.learner.ranks > 1
-            and self.learner.backend == "deepspeed"
-            and self.learner.zero_stage == 3
-        ):
-            raise ValueError(
-                "learner.zero_stage 3 runs on one rank: ZeRO-3 gathers parameters in every "
-                "forward and the ranks' forwards differ in number (docs/architecture.md#learner-"
-                "groups); use zero_stage 1 or 2 with learner.ranks > 1"
-            )
         return self
 
     @model_validator(mode="after")

@@ -224,6 +224,8 @@ class Learner:
             host.model, self.params, lr=cfg.lr, max_grad_norm=cfg.max_grad_norm
         )
         self.ranks = Ranks.current()  # after the optimizer, which may start a group of one
+        if self.optimizer.collective_forwards:  # one forward per micro-batch on every rank
+            host.share_prefix = False  # the learner's own host (runtime: learner_roster)
         self.magnet_share = 1.0  # the magnet adapters' share of the magnet (set_magnet)
         if cfg.magnet.alpha > 0:
             self._add_magnets()
@@ -293,9 +295,12 @@ class Learner:
     # ----- log-prob passes
     def choice_scores(self, items: list[TrainItem]) -> list[torch.Tensor]:
         """Per decision, ``log p(text_a | prompt)`` of each legal action's candidate."""
-        return self.host.candidate_scores(
-            [it.prompt_ids for it in items], [it.candidate_ids for it in items]
+        score = (
+            self.host.pair_scores
+            if self.optimizer.collective_forwards
+            else self.host.candidate_scores
         )
+        return score([it.prompt_ids for it in items], [it.candidate_ids for it in items])
 
     def choice_dists(
         self, items: list[TrainItem], scores: list[torch.Tensor] | None = None

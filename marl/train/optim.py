@@ -51,6 +51,10 @@ Params = list[torch.nn.Parameter]
 class Optimizer(Protocol):
     """What the learner needs from an optimizer backend."""
 
+    #: every forward is a collective of the ranks (ZeRO-3 gathers the parameters in it), so
+    #: the ranks must make the same number of forwards, whatever their shares hold
+    collective_forwards: bool
+
     @property
     def loss_scale(self) -> float:
         """The factor that ``backward`` multiplies the loss by (fp16 loss scaling), so that
@@ -92,6 +96,7 @@ class TorchAdamW:
     (one all-reduce) before clipping, so every rank applies the same update."""
 
     loss_scale = 1.0
+    collective_forwards = False
 
     def __init__(
         self, model: torch.nn.Module, params: Params, lr: float, max_grad_norm: float
@@ -242,6 +247,7 @@ class DeepSpeedAdamW:
         precision: str = "fp32",
     ) -> None:
         self.params, self.stage = params, zero_stage
+        self.collective_forwards = zero_stage == 3
         device = params[0].device
         self.ds = start_deepspeed(device)
         self.world = Ranks.current().world

@@ -2,10 +2,10 @@
 
 On the tiny random model in fp32, two adapters of three agents each: the same three batches of
 choice decisions go to one in-process learner and to a learner group of 2 Ray actors (one
-gloo group), for the torch backend and DeepSpeed ZeRO-1 and ZeRO-2.  Prints, per backend, the
-largest |w_2 - w_1| over every adapter weight after the three updates and the largest relative
-gap of the per-update gradient norms.  ``scripts/gpu_check.py`` runs the same comparison on a
-GPU (NCCL) and between backends.
+gloo group), for the torch backend and DeepSpeed ZeRO-1, ZeRO-2 and ZeRO-3.  Prints, per
+backend, the largest |w_2 - w_1| over every adapter weight after the three updates and the
+largest relative gap of the per-update gradient norms.  ``scripts/gpu_check.py`` runs the
+same comparison on a GPU (NCCL) and between backends.
 
     .venv/bin/python -m scripts.bench.learner_ranks
 """
@@ -105,7 +105,7 @@ def gaps(
 
 def main() -> None:
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    for backend, stage in (("torch", 1), ("deepspeed", 1), ("deepspeed", 2)):
+    for backend, stage in (("torch", 1), ("deepspeed", 1), ("deepspeed", 2), ("deepspeed", 3)):
         w, n = gaps(backend, stage)
         name = backend if backend == "torch" else f"deepspeed ZeRO-{stage}"
         print(f"{name}: max |w_2 - w_1| {w:.2e}, max grad-norm gap {n:.2e} (relative)")

@@ -1,7 +1,8 @@
 """Learner groups: a learner of 2 ranks (Ray actors, one gloo group) makes the same updates as
-one process, for the torch backend and DeepSpeed ZeRO-1/2, and its state resumes on 1 rank
-and the reverse.  ZeRO-3 is refused with more than one rank, for the reason a test below
-shows: its forwards are collective, and the ranks' shares make different numbers of them.
+one process, for the torch backend and DeepSpeed ZeRO-1/2/3, and its state resumes on 1 rank
+and the reverse.  ZeRO-3's forwards are collective, so under it the learner scores with one
+forward per micro-batch (the shared-head scoring makes a number of forwards that depends on
+the rank's share, as a test below shows), and think roles are refused.
 
 Everything is fp32 on the tiny model; two adapters and three agents each, so every rank's
 share holds several agents and the padding of the shorter shares is exercised.
@@ -111,7 +112,9 @@ def test_a_group_the_cluster_cannot_hold_is_refused_in_one_line(local_ray) -> No
         LearnerGroup(ray.remote(LearnerRank), _cfg("torch"), KEY, 2, {"CPU": 2.0}, timeout_s=1)
 
 
-@pytest.mark.parametrize(("backend", "stage"), [("torch", 1), ("deepspeed", 1), ("deepspeed", 2)])
+@pytest.mark.parametrize(
+    ("backend", "stage"), [("torch", 1), ("deepspeed", 1), ("deepspeed", 2), ("deepspeed", 3)]
+)
 def test_two_ranks_update_as_one_and_resume_across_rank_counts(
     local_ray, tmp_path, backend: str, stage: int
 ) -> None:
@@ -142,16 +145,12 @@ def test_two_ranks_update_as_one_and_resume_across_rank_counts(
         group.shutdown()
 
 
-def test_zero3_is_refused_on_several_ranks_because_the_ranks_forwards_differ() -> None:
-    """ZeRO-3 all-gathers a module's parameters in each of its forwards, so the ranks'
-    forwards must pair up one to one.  The host scores a micro-batch's candidates in one
-    forward, or two when some candidate has more than one token: two ranks' shares of the
-    same batch, padded to the same micro-batches, still differ in forwards, and ZeRO-3
-    would wait forever (seen: one rank in a forward's all-gather, the other past it)."""
-    learner = LearnerProcess(_cfg("torch"), KEY).learner
+def _forwards_per_chunk(learner, score) -> list[list[int]]:
+    """Per rank of 2, the decoder forwards ``score(learner, chunk)`` makes for each of its
+    micro-batches of batch 0 (the first decoder layer's calls)."""
     layer = next(m for m in learner.host.model.modules() if type(m).__name__.endswith("Layer"))
     calls = [0]
-    layer.register_forward_pre_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+    hook = layer.register_forward_pre_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
     counts = []
     for rank in range(2):
         ranks, seq = Ranks(rank, 2), []
@@ -160,13 +159,49 @@ def test_zero3_is_refused_on_several_ranks_because_the_ranks_forwards_differ() -
             with torch.no_grad(), learner.host.use(adapter):
                 for chunk, _ in ranks.schedule(group, learner.chunks):
                     calls[0] = 0
-                    learner.choice_dists(chunk)
+                    score(learner, chunk)
                     seq.append(calls[0])
         counts.append(seq)
-    assert len(counts[0]) == len(counts[1]) and counts[0] != counts[1]
-    text = tiny_team("kuhn_poker", TRAIN.format(backend="deepspeed", stage=3), 1, RIVAL)
-    with pytest.raises(ConfigError, match="zero_stage 3 runs on one rank"):
-        load_config_text(text.replace("micro_batch: 3", "micro_batch: 3, ranks: 2"))
+    hook.remove()
+    return counts
+
+
+def test_under_zero3_every_micro_batch_takes_one_forward_on_every_rank() -> None:
+    """ZeRO-3 all-gathers a module's parameters in each of its forwards, so the ranks'
+    forwards must pair up one to one.  The shared-head scoring runs a micro-batch's
+    candidates in one forward, or two when some candidate has more than one token, after
+    its shared heads: two ranks' shares of one batch, padded to the same micro-batches,
+    still differ in forwards (seen under ZeRO-3: one rank waiting in a forward's all-gather,
+    the other past it).  Scoring every (prompt + candidate) row in one forward does not."""
+    learner = LearnerProcess(_cfg("torch"), KEY).learner
+    tree = _forwards_per_chunk(learner, lambda lr, chunk: lr.choice_dists(chunk))
+    assert len(tree[0]) == len(tree[1]) and tree[0] != tree[1]
+    learner.host.share_prefix = False
+
+    def pairs(lr, chunk):
+        lr.host.pair_scores([it.prompt_ids for it in chunk], [it.candidate_ids for it in chunk])
+
+    assert _forwards_per_chunk(learner, pairs) == [[1] * len(tree[0])] * 2
+    chunk = _batch(0)[:5]
+    learner.host.share_prefix = True
+    with torch.no_grad():
+        expected = learner.choice_scores(chunk)
+        learner.host.share_prefix = False
+        got = learner.host.pair_scores(
+            [it.prompt_ids for it in chunk], [it.candidate_ids for it in chunk]
+        )
+    for a, b in zip(expected, got, strict=True):
+        torch.testing.assert_close(b, a, rtol=0, atol=1e-5)
+
+
+def test_zero3_over_several_ranks_refuses_think_roles() -> None:
+    zero3 = TRAIN.format(backend="deepspeed", stage=3).replace(
+        "micro_batch: 3", "micro_batch: 3, ranks: 2"
+    )
+    load_config_text(tiny_team("kuhn_poker", zero3, 1, RIVAL))  # choice roles: accepted
+    think = RIVAL.replace("mode: choice", "mode: think")
+    with pytest.raises(ConfigError, match="the think passes of rival do not"):
+        load_config_text(tiny_team("kuhn_poker", zero3, 1, think))
     with pytest.raises(ConfigError, match="set ray.enabled"):
         load_config_text(
             tiny_team("kuhn_poker", "  ray: {enabled: false}\n  learner: {ranks: 2}\n")

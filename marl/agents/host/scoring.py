@@ -78,6 +78,19 @@ class Scoring(Prefill):
                 ents.append(-(logsm.exp() * logsm).sum(-1))
         return logps, ents
 
+    def pair_scores(
+        self, prompts: list[list[int]], candidates: list[list[list[int]]]
+    ) -> list[torch.Tensor]:
+        """``log p(c | prompt)`` of every candidate from one forward over every (prompt +
+        candidate) row, with no head shared: the number of forwards never depends on the
+        batch, which ranks that gather parameters in each forward need (ZeRO-3).  Where
+        the host shares prefixes, :meth:`candidate_scores` gives the same values with less
+        work."""
+        assert not self.share_prefix, "shared heads add a forward where the prompts share one"
+        rows = [p for p, cs in zip(prompts, candidates, strict=True) for _ in cs]
+        per = self.sequence_logprobs(rows, [c for cs in candidates for c in cs])
+        return list(torch.stack([x.sum() for x in per]).split([len(cs) for cs in candidates]))
+
     def _tree_scores(
         self,
         prompts: list[list[int]],
