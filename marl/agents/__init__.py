@@ -10,13 +10,40 @@ HTTP model, population) into an agent that takes a seat; ``tables`` reads an age
 policy and evaluates it exactly.
 """
 
-# Importing a backend module registers it with agents.policy.make_policy.
-from marl.agents import hf_policy, openai_backend, scripted, vllm_backend  # noqa: F401
-from marl.agents.agent import Agent
-from marl.agents.builder import Roster, build_roster
-from marl.agents.models import load_model
-from marl.agents.policy import Policy, Request, Response, make_policy
-from marl.agents.rollout import Episode, RolloutEngine, Turn
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from marl.agents.agent import Agent
+    from marl.agents.builder import Roster, build_roster
+    from marl.agents.models import load_model
+    from marl.agents.policy import Policy, Request, Response, make_policy
+    from marl.agents.rollout import Episode, RolloutEngine, Turn
+
+# Each name is imported on first use (PEP 562): importing ``marl.agents.checks`` or the policy
+# types loads no model libraries; the backends register themselves when a policy is made.
+_HOMES = {
+    "Agent": "agent",
+    "Episode": "rollout",
+    "Policy": "policy",
+    "Request": "policy",
+    "Response": "policy",
+    "RolloutEngine": "rollout",
+    "Roster": "builder",
+    "Turn": "rollout",
+    "build_roster": "builder",
+    "load_model": "models",
+    "make_policy": "policy",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module 'marl.agents' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"marl.agents.{_HOMES[name]}"), name)
+
 
 __all__ = [
     "Agent",

@@ -14,6 +14,7 @@ same way after them: the response carries both (docs/algorithms.md#think-then-ac
 
 from __future__ import annotations
 
+import importlib
 import math
 import random
 from collections.abc import Callable
@@ -88,6 +89,14 @@ class Policy(Protocol):
 
 
 _BACKENDS: dict[str, Callable[..., Policy]] = {}
+# the modules whose import registers the built-in backends: imported on first use, so that
+# what needs no model (``marl validate``, the config checks) loads no torch or transformers
+BACKEND_MODULES = ("hf_policy", "openai_backend", "scripted", "vllm_backend")
+
+
+def _load_backends() -> None:
+    for name in BACKEND_MODULES:
+        importlib.import_module(f"marl.agents.{name}")
 
 
 def register_backend(name: str) -> Callable:
@@ -101,10 +110,12 @@ def register_backend(name: str) -> Callable:
 
 
 def backend_names() -> list[str]:
+    _load_backends()
     return sorted(_BACKENDS)
 
 
 def make_policy(backend: str, **kwargs: Any) -> Policy:
+    _load_backends()
     try:
         factory = _BACKENDS[backend]
     except KeyError:

@@ -6,6 +6,10 @@ learns edge probabilities by REINFORCE; ``marl.topologies.render`` draws either 
 ``configs`` only: the orchestrator and the trainer use it, never the reverse.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from marl.topologies.builders import (
     TeamLayout,
     build_topology,
@@ -14,7 +18,19 @@ from marl.topologies.builders import (
     topology_kinds,
 )
 from marl.topologies.graph import SPATIAL, TEMPORAL, Edge, Node, Topology, TopologyError
-from marl.topologies.learnable import LearnableTopology, candidate_edges
+
+if TYPE_CHECKING:
+    from marl.topologies.learnable import LearnableTopology, candidate_edges
+
+
+def __getattr__(name: str) -> Any:
+    """The learnable topology on first use (PEP 562): it needs torch, fixed graphs do not."""
+    if name in ("LearnableTopology", "candidate_edges"):
+        from marl.topologies import learnable
+
+        return getattr(learnable, name)
+    raise AttributeError(f"module 'marl.topologies' has no attribute {name!r}")
+
 
 __all__ = [
     "SPATIAL",

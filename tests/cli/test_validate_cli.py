@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 from typer.testing import CliRunner
 
-from helpers import RECIPES
+from helpers import RECIPES, REPO
 from marl.cli import app
 
 FOUR_MISTAKES = """\
@@ -83,3 +85,19 @@ def test_every_file_is_validated_and_any_failure_exits_2(tmp_path: Path) -> None
     ], cup
     code, lines = validate(good, RECIPES / "tournament_kuhn.yaml")
     assert code == 0 and len(lines) == 2
+
+
+def test_validating_a_team_loads_no_model_library() -> None:
+    """`marl validate` answers in a second or two: the checks import neither torch nor
+    transformers (the agents and topologies packages load those on first use)."""
+    code = (
+        "import sys; from marl.cli import app; from typer.testing import CliRunner; "
+        f"r = CliRunner().invoke(app, ['validate', {str(RECIPES / 'tiny_test.yaml')!r}]); "
+        "assert r.exit_code == 0, r.output; "
+        "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
