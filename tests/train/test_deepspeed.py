@@ -23,7 +23,7 @@ from helpers import build_tiny_host, tiny_team, train_config  # noqa: E402
 from marl.agents.host import ModelHost  # noqa: E402
 from marl.config import load_config_text  # noqa: E402
 from marl.train.learner import Learner, TrainItem  # noqa: E402
-from marl.train.optim import DeepSpeedAdamW, deepspeed_config  # noqa: E402
+from marl.train.optim import DeepSpeedAdamW, TorchAdamW, deepspeed_config  # noqa: E402
 from marl.train.trainer import Trainer  # noqa: E402
 
 ADAPTERS = ["red", "blue"]
@@ -34,11 +34,22 @@ def _host() -> ModelHost:
     return build_tiny_host(*ADAPTERS)
 
 
-def _learner(backend: str | int) -> Learner:
-    """Two adapters on one base, lr high enough that moments and clipping matter."""
+class PairScoredAdamW(TorchAdamW):
+    """torch AdamW with the scoring ZeRO-3 makes the learner use (one forward per
+    micro-batch), so that the two differ only in the optimizer's arithmetic."""
+
+    collective_forwards = True
+
+
+def _learner(backend: str | int, scoring_of: int = 1) -> Learner:
+    """Two adapters on one base, lr high enough that moments and clipping matter; a torch
+    learner scores as ZeRO stage ``scoring_of`` makes the learner score."""
     if backend == "torch":
         return Learner(
-            train_config(lr=0.05, max_grad_norm=0.5, learner={"micro_batch": 4}), _host(), ADAPTERS
+            train_config(lr=0.05, max_grad_norm=0.5, learner={"micro_batch": 4}),
+            _host(),
+            ADAPTERS,
+            optimizer=PairScoredAdamW if scoring_of == 3 else TorchAdamW,
         )
     return Learner(
         train_config(lr=0.05, max_grad_norm=0.5, learner={"micro_batch": 4}),
@@ -106,7 +117,7 @@ def _same_state(a: dict, b: dict) -> None:
 
 @pytest.mark.parametrize("stage", [1, 2, 3])
 def test_zero_updates_equal_the_torch_backend(stage: int) -> None:
-    ref, ds = _learner("torch"), _learner(stage)
+    ref, ds = _learner("torch", scoring_of=stage), _learner(stage)
     _same_weights(ref, ds)
     for seed in range(3):
         _same_update(ref.update(_batch(seed)), ds.update(_batch(seed)))
