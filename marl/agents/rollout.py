@@ -182,8 +182,7 @@ def answer_read(
 
 def retry_request(request: Request, answer: str, error: str) -> Request:
     """``request`` with the unplayable ``answer`` and the error appended to the chat."""
-    summarise = getattr(request.env, "legal_summary", None)  # games with long move lists
-    moves = (summarise and summarise(request.agent)) or " ".join(request.action_texts)
+    moves = request.env.legal_text(request.agent)  # as the prompt states them
     messages = [
         *request.messages,
         {"role": "assistant", "content": answer},

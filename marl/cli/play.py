@@ -12,6 +12,7 @@ from marl.cli import output
 from marl.cli.common import fail, load_team, quiet_transformers
 from marl.cli.errors import writing
 from marl.cli.output import Json
+from marl.infra.seats import UNTRAINED
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -176,8 +177,6 @@ def _default_opponent(config: str, cfg: TeamConfig, n_seats: int) -> str | None:
         f"playing against {anchors[0]} (the config's first league anchor; --against to choose)",
         err=True,
     )
-    from marl.infra.seats import UNTRAINED
-
     return config if anchors[0] == UNTRAINED else anchors[0]  # a team file plays untrained
 
 

@@ -208,8 +208,15 @@ class TextGame(AECEnv):
             return InvalidAction(text, f"no action name in {found[-1][1]!r}")
         return InvalidAction(text, "no action found; answer like " + self.action_text(0))
 
+    def legal_text(self, agent: str) -> str:
+        """The legal moves as ``agent`` (who has some) is told them, in its prompt and when
+        an answer cannot be played: each move's text; a game whose moves form a large
+        family states its rule instead (thousands of ``[answer N]`` would crowd the prompt
+        out)."""
+        return " ".join(self.action_text(a) for a in self.legal_actions(agent))
+
     def text_observation(self, agent: str) -> str:
-        legal = " ".join(self.action_text(a) for a in self.legal_actions(agent))
+        legal = self.legal_text(agent) if self.legal_actions(agent) else ""
         parts = [self.rules, self._describe(agent)]
         warning = self.infos.get(agent, {}).get("warning")
         if warning:

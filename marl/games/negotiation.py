@@ -29,7 +29,6 @@ import numpy as np
 from marl.games.base import TextGame
 from marl.games.bots import register_bot
 from marl.games.registry import register
-from marl.games.textutil import CompactLegalMoves
 
 ITEM_NAMES = ("book", "hat", "ball", "pen", "cup")
 
@@ -72,7 +71,7 @@ def _items(names: tuple[str, ...], items: np.ndarray) -> str:
 
 
 @register("negotiation")
-class Negotiation(CompactLegalMoves, TextGame):
+class Negotiation(TextGame):
     """Two players alternate proposals over a shared item pool with private values."""
 
     metadata = {"name": "negotiation", "render_modes": ["ansi"], "is_parallelizable": False}
@@ -147,9 +146,9 @@ class Negotiation(CompactLegalMoves, TextGame):
         return [self.splits[a] for who, a in self.history if who != agent and a < self.ACCEPT]
 
     # ----- game hooks
-    def legal_summary(self, agent: str) -> str | None:
+    def legal_text(self, agent: str) -> str:
         if self.proposals_left == 0:
-            return None  # only [Accept] / [No deal]: the plain list is short
+            return super().legal_text(agent)  # only [Accept] / [No deal]: a short list
         names = [f"n{i + 1}" for i in range(len(self.counts))]
         ranges = ", ".join(
             f"{n} from 0 to {c}" for n, c in zip(names, self.counts.tolist(), strict=True)

@@ -29,7 +29,6 @@ from marl.games.base import InvalidAction
 from marl.games.bots import register_bot
 from marl.games.registry import register
 from marl.games.tasks import CooperativeGame, final_integer, register_task, score_integer, task_seed
-from marl.games.textutil import CompactLegalMoves
 
 OPS = "+-*"
 
@@ -165,7 +164,7 @@ def generate(seed: int, difficulty: int = 0, n_agents: int = 3) -> ArithmeticTas
 
 
 @register("split_arithmetic")
-class SplitArithmetic(CompactLegalMoves, CooperativeGame):
+class SplitArithmetic(CooperativeGame):
     """Token messages from all but the last agent, then the last agent's numeric answer."""
 
     metadata = {"name": "split_arithmetic", "render_modes": ["ansi"], "is_parallelizable": False}
@@ -247,9 +246,9 @@ class SplitArithmetic(CompactLegalMoves, CooperativeGame):
             )
         return "\n".join(parts)
 
-    def legal_summary(self, agent: str) -> str | None:
+    def legal_text(self, agent: str) -> str:
         if agent != self.answerer:
-            return None
+            return super().legal_text(agent)
         return f"[answer N] for an integer N from {self.lo} to {self.hi}"
 
     def parse_action(self, agent: str, text: str) -> int | InvalidAction:

@@ -76,7 +76,8 @@ def test_a_retry_states_a_long_move_family_as_its_rule() -> None:
     agent = game.agent_selection
     request = Agent(agent, "player", Stubborn(), "", "free").request(game, agent)
     asked = retry_request(request, "I have no idea", "no action found").messages[-1]["content"]
-    assert asked.endswith(f"ending with one of: {game.legal_summary(agent)}")
+    assert asked.endswith(f"ending with one of: {game.legal_text(agent)}")
+    assert game.legal_text(agent).startswith("[propose n1 n2 n3] with n1 from 0 to")
     assert "[propose 0 0 0]" not in asked  # not the list of every split
     kuhn = games.make("kuhn_poker")
     kuhn.reset(seed=0)
