@@ -4,6 +4,7 @@ same thing."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -200,3 +201,18 @@ class Gate:
         self.release.wait(30)
         self.batches.append([r.messages[-1]["content"].split("\n", 1)[0] for r in requests])
         return [Response(text=f"answer {len(self.batches)}") for _ in requests]
+
+
+#: the parts of a step's metrics that vary from run to run on the same seed
+TIMINGS = ("seconds", "tokens_per_s", "games_per_min")
+
+
+def timeless(row: dict) -> dict:
+    """A metrics row without its timings (what a replayed or resumed step must reproduce)."""
+    return {k: v for k, v in row.items() if k not in TIMINGS}
+
+
+def metrics_rows(run: Path) -> list[dict]:
+    """A run's ``metrics.jsonl`` lines, each :func:`timeless`."""
+    lines = (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    return [timeless(json.loads(ln)) for ln in lines]

@@ -10,7 +10,6 @@ persistence threshold of 0, so even the tiny model's parameters really are parti
 
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import torch
 
 pytest.importorskip("deepspeed")
 
-from helpers import build_tiny_host, tiny_team, train_config  # noqa: E402
+from helpers import build_tiny_host, metrics_rows, tiny_team, train_config  # noqa: E402
 from marl.agents.host import ModelHost  # noqa: E402
 from marl.config import load_config_text  # noqa: E402
 from marl.train.learner import Learner, TrainItem  # noqa: E402
@@ -185,12 +184,7 @@ def _run(
     if backend == "ds":
         text += "  learner: {backend: deepspeed, zero_stage: 1}\n"
     Trainer(load_config_text(text), tmp_path / name, resume=resume).fit()
-    rows = [json.loads(ln) for ln in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
-    for r in rows:
-        r.pop("seconds")
-        r.pop("tokens_per_s")
-        r.pop("games_per_min")
-    return rows
+    return metrics_rows(tmp_path / name)
 
 
 def _close(a, b) -> bool:

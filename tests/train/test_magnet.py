@@ -10,7 +10,7 @@ import torch
 import yaml
 from test_learner import TEMPERATURE, _batch, _host
 
-from helpers import tiny_team, train_config
+from helpers import metrics_rows, timeless, tiny_team, train_config
 from marl.config import TeamConfig, load_config_text
 from marl.train.advantages import Advantages, Samples, agent_wise_advantages
 from marl.train.learner import Learner, TrainItem, magnet_adapter
@@ -121,22 +121,12 @@ def test_the_option_off_leaves_the_update_bit_identical(tmp_path: Path) -> None:
         load_config_text(tiny_team("kuhn_poker", KUHN + "  magnet: {alpha: 0}\n")), tmp_path / "b"
     )
     for _ in range(2):
-        ma, mb = plain.train_step().metrics, off.train_step().metrics
-        for m in (ma, mb):
-            m.pop("seconds"), m.pop("tokens_per_s"), m.pop("games_per_min")
+        ma, mb = timeless(plain.train_step().metrics), timeless(off.train_step().metrics)
         assert ma == mb and "kl_to_magnet" not in json.dumps(ma)
     wa, wb = plain.runtime.weights()["player"], off.runtime.weights()["player"]
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
     host = next(iter(off.runtime.learners.values())).learner.host
     assert not any(a.endswith("@magnet") for a in host.adapters)
-
-
-def metrics_rows(run: Path) -> list[dict]:
-    """A run's metrics lines without their timings (what a resumed run must reproduce)."""
-    out = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
-    for r in out:
-        r.pop("seconds"), r.pop("tokens_per_s"), r.pop("games_per_min")
-    return out
 
 
 def _magnet(trainer: Trainer) -> dict[str, torch.Tensor]:

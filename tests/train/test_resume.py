@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -12,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import tiny_team
+from helpers import metrics_rows, tiny_team
 
 KUHN = """\
   steps: 4
@@ -24,14 +23,6 @@ KUHN = """\
   ray: {enabled: false}
   league: {opponents: league, snapshot_every: 1, anchors: [random]}
 """
-
-
-def _metrics(run: Path) -> list[dict]:
-    rows = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
-    for r in rows:
-        for volatile in ("seconds", "tokens_per_s", "games_per_min"):
-            r.pop(volatile)
-    return rows
 
 
 def _train(cfg: Path, run: Path, *extra: str) -> subprocess.Popen:
@@ -60,5 +51,5 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path: Path) -> Non
     resumed = _train(cfg, tmp_path / "killed", "--resume")
     assert resumed.wait(timeout=300) == 0, resumed.stderr.read().decode()[-2000:]
     assert full.wait(timeout=300) == 0, full.stderr.read().decode()[-2000:]
-    assert [r["step"] for r in _metrics(tmp_path / "killed")] == [1, 2, 3, 4]
-    assert _metrics(tmp_path / "killed") == _metrics(tmp_path / "full")
+    assert [r["step"] for r in metrics_rows(tmp_path / "killed")] == [1, 2, 3, 4]
+    assert metrics_rows(tmp_path / "killed") == metrics_rows(tmp_path / "full")

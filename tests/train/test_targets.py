@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 from test_learner import TEMPERATURE, _batch, _host
-from test_magnet import KUHN, _learner, _perturbed, metrics_rows
+from test_magnet import KUHN, _learner, _perturbed
 
-from helpers import tiny_smoke, tiny_team, train_config
+from helpers import metrics_rows, tiny_smoke, tiny_team, train_config
 from marl.config import ConfigError, load_config_text
 from marl.train.learner import Learner, magnet_adapter
 from marl.train.objectives.policy_target import (
