@@ -106,6 +106,16 @@ class HFPolicy:
         scores = [s.tolist() for s in self.host.candidate_scores(prompts, cands)]
         return cands, scores
 
+    @torch.no_grad()
+    def _scores_after(
+        self, requests: list[Request], prompts: list[list[int]], contexts: list[list[int]]
+    ) -> tuple[list[list[int]], list[list[float]]]:
+        """:meth:`_scores` after think ``contexts`` that begin with ``prompts``: each distinct
+        prompt runs once however many reasonings follow it (``ModelHost.move_scores``)."""
+        cands = [[self.host.text_ids(t) for t in r.action_texts] for r in requests]
+        scores = [s.tolist() for s in self.host.move_scores(prompts, contexts, cands)]
+        return cands, scores
+
     def _choose(
         self, requests: list[Request], prompts: list[list[int]], cut: list[bool]
     ) -> list[Response]:
@@ -131,7 +141,7 @@ class HFPolicy:
     ) -> list[Response]:
         """Reason, then choose after the reasoning; both parts' log-probs go to the learner."""
         reasoning, logps, contexts = self._reason(prompts)
-        cands, scores = self._scores(requests, contexts)
+        cands, scores = self._scores_after(requests, prompts, contexts)
         return think_responses(
             self.host,
             requests,
@@ -184,7 +194,7 @@ class HFPolicy:
         prompts, _ = self._prompts(requests)
         with self.host.use(self.adapter), self._compute():
             contexts = think_contexts(self.host, prompts, reasoning)
-            _, scores = self._scores(requests, contexts)
+            _, scores = self._scores_after(requests, prompts, contexts)
         return [choice_probs(s, self.temperature) for s in scores]
 
     def reasoning_text(self, reasoning: list[int]) -> str:

@@ -11,13 +11,18 @@ With ``--reads G`` the decisions are G reasonings at each of ``decisions / G`` p
 ``train.rollout: states`` asks them), and a third way runs the one pass with every context
 after one head common to all instead of each position's prompt once after it.
 
-A second table times the forward alone, as the think-targets fit evaluates its loss (the magnet's
+A rollout table times the sampling side (``policy.act``: the reasonings, then the moves scored
+after them) with each position's prompt run once for its G reasonings against one head shared
+by all rows (``host.share_prompts = False``), in the same run.
+
+A further table times the forward alone, as the think-targets fit evaluates its loss (the magnet's
 mixtures, each length of the line search): the one pass with the reasoning's tokens scored
 against ``ModelHost.move_scores``, the moves' scores alone (what ``reasoning_weight: 0`` needs).
 
     .venv/bin/python -m scripts.bench.think_pass                  # 16 decisions, 32 tokens
     .venv/bin/python -m scripts.bench.think_pass --decisions 48 --reads 4
     .venv/bin/python -m scripts.bench.think_pass --decisions 48 --reads 4 --tables fit
+    .venv/bin/python -m scripts.bench.think_pass --decisions 48 --reads 4 --tables rollout
     .venv/bin/python -m scripts.bench.think_pass --decisions 32 --model tiny-random
 """
 
@@ -56,7 +61,8 @@ def main() -> None:
     ap.add_argument(
         "--tables",
         default="backward,fit",
-        help="which tables: backward (forward + backward), fit (the fit's evaluations)",
+        help="which tables: backward (forward + backward), fit (the fit's evaluations), "
+        "rollout (sampling the reasonings and scoring the moves)",
     )
     args = ap.parse_args()
     if args.reads < 1 or args.decisions % args.reads:
@@ -115,8 +121,10 @@ def main() -> None:
             "one pass, each position's prompt once": one_pass,
         }
     tables = set(args.tables.split(","))
-    if tables - {"backward", "fit"}:
-        ap.error(f"--tables takes backward and fit, got {args.tables}")
+    if tables - {"backward", "fit", "rollout"}:
+        ap.error(f"--tables takes backward, fit and rollout, got {args.tables}")
+    if "rollout" in tables:
+        rollout_table(host, policy, requests, args.repeats)
     if "backward" in tables:
         backward_table(host, ways, len(responses), args.repeats)
     if "fit" in tables:
@@ -143,6 +151,21 @@ def backward_table(
                 host.model.zero_grad()
                 times[name].append(time.perf_counter() - t)
     table(f"forward + backward, {decisions} decisions", times, repeats)
+
+
+def rollout_table(host: ModelHost, policy: HFPolicy, requests: list, repeats: int) -> None:
+    """``policy.act`` with one head for all rows, then each position's prompt once."""
+    times: dict[str, list[float]] = {"one head for all rows": [], "each position's prompt once": []}
+    for _ in range(repeats):
+        for name, shared in zip(times, (False, True), strict=True):
+            host.share_prompts = shared
+            t = time.perf_counter()
+            policy.act(requests)
+            times[name].append(time.perf_counter() - t)
+    host.share_prompts = True
+    table(
+        f"rollout: {len(requests)} reasonings sampled, the moves scored after them", times, repeats
+    )
 
 
 def fit_table(

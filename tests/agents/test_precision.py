@@ -238,22 +238,52 @@ def _prompts() -> list[list[int]]:
     )
 
 
-@pytest.mark.parametrize("case", ["shared", "disjoint"])
+def _repeated() -> list[list[int]]:
+    """Each of _prompts() three times, in mixed order (a group of samples per state)."""
+    prompts = _prompts() * 3
+    random.Random(3).shuffle(prompts)
+    return prompts
+
+
+@pytest.mark.parametrize("case", ["shared", "disjoint", "repeated"])
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_shared_heads_generate_what_the_plain_batch_does(case: str, temperature: float) -> None:
     host = _host()
-    prompts = (
-        _prompts()
-        if case == "shared"
-        else [_tokens(random.Random(i), 10 + 3 * i) for i in range(4)]
-    )
-    assert (host._prefilled(prompts)[2] is not None) == (case == "shared")
+    prompts = {
+        "shared": _prompts,
+        "disjoint": lambda: [_tokens(random.Random(i), 10 + 3 * i) for i in range(4)],
+        "repeated": _repeated,
+    }[case]()
+    assert (host._prefilled(prompts)[2] is not None) == (case != "disjoint")
     with host.use("red"):
         plain = host.generate(prompts, 10, temperature, 1.0, seed=5, share_prefix=False)
         shared = host.generate(prompts, 10, temperature, 1.0, seed=5)
     assert shared[0] == plain[0]
     for a, b in zip(shared[1], plain[1], strict=True):
         assert a == pytest.approx(b, abs=1e-5)
+
+
+def test_a_repeated_prompt_runs_once_before_generation() -> None:
+    """Four states asked four times each (a group of samples per state): each state's own
+    tokens run once for its four rows, after the head all states share, so the decoder
+    runs under half the batch's prompt tokens (one row per prompt: 500 of 800 slots)."""
+    host, rng = _host(), random.Random(11)
+    head = _tokens(rng, 20)
+    prompts = [head + _tokens(rng, 30) for _ in range(4)] * 4
+    slots: list[int] = []
+    hook = (
+        host._base()
+        .get_decoder()
+        .register_forward_hook(
+            lambda _m, _i, out: slots.append(out.last_hidden_state.shape[:2].numel())
+        )
+    )
+    try:
+        with host.use("red"):
+            host.generate(prompts, 1, 1.0, 1.0, seed=5)
+    finally:
+        hook.remove()
+    assert sum(slots) < sum(len(p) for p in prompts) / 2
 
 
 def test_bf16_base_generates_with_log_probs_close_to_fp32() -> None:

@@ -114,8 +114,10 @@ def test_empty_and_swap_score_the_contexts_specified(host: ModelHost, monkeypatc
     prompts = policy._prompts(reasonings.requests)[0]
     sep, eos = host.text_ids(THINK_SEPARATOR), host.tokenizer.eos_token_id
     seen: list[list[int]] = []
-    scores = host.candidate_scores
-    monkeypatch.setattr(host, "candidate_scores", lambda ps, cs: seen.extend(ps) or scores(ps, cs))
+    scores = host.move_scores
+    monkeypatch.setattr(
+        host, "move_scores", lambda ps, xs, cs: seen.extend(xs) or scores(ps, xs, cs)
+    )
     n = len(prompts)
     mode_report(agent, reasonings, "empty", 2)
     assert seen == [p + sep for p in prompts]

@@ -63,6 +63,7 @@ class Prefill:
     model: torch.nn.Module
     tokenizer: Any
     share_prefix: bool
+    share_prompts: bool
     _cache_kw: str
     device: torch.device
 
@@ -127,26 +128,73 @@ class Prefill:
         cache.batch_select_indices(rows.to(self.device))
         return cache, mask[rows]
 
+    def _prompt_units(self, prompts: list[list[int]]) -> list[int] | None:
+        """Units of identical prompts where some prompt repeats (scoring and generation then run
+        each distinct prompt once, after the head all share); else None (one unit)."""
+        index: dict[tuple, int] = {}
+        units = [index.setdefault(tuple(p), len(index)) for p in prompts]
+        repeats = len(index) < len(prompts)
+        return units if repeats and self.share_prefix and self.share_prompts else None
+
+    def _unit_heads(
+        self,
+        prompts: list[list[int]],
+        max_head: int | list[int] | None,
+        units: list[int] | None,
+    ) -> tuple[list[list[int]], list[int], list[int]]:
+        """Per unit, its prompts' common head (at most ``max_head`` tokens, or the least of its
+        prompts' ``max_head[i]``; a lone prompt's: all but its last token); per prompt, its
+        unit's index among those heads; per head, its unit's first prompt."""
+        members: dict[int, list[int]] = {}
+        for i, u in enumerate(units or [0] * len(prompts)):
+            members.setdefault(u, []).append(i)
+        heads = []
+        for m in members.values():
+            h = self._head([prompts[i] for i in m]) if len(m) > 1 else len(prompts[m[0]]) - 1
+            cap = min(max_head[i] for i in m) if isinstance(max_head, list) else max_head
+            heads.append(prompts[m[0]][: h if cap is None else min(h, cap)])
+        slot = [0] * len(prompts)
+        for k, m in enumerate(members.values()):
+            for i in m:
+                slot[i] = k
+        return heads, slot, [m[0] for m in members.values()]
+
+    def _heads_cache(
+        self, heads: list[list[int]], slot: list[int], nested: bool
+    ) -> tuple[Any, torch.Tensor | None]:
+        """:meth:`_shared_heads` of the units' heads; ``nested``: what the heads themselves
+        begin with (a seat's system prompt and rules) runs once for all of them first, where
+        it is at least :data:`MIN_HEAD` tokens (not when each unit's work must stay its own)."""
+        common = common_prefix(heads) if nested and len(heads) > 1 and all(heads) else 0
+        if common < MIN_HEAD or not self.share_prefix:
+            return self._shared_heads(heads, slot)
+        cache, mask = self._shared_heads([heads[0][:common]], [0] * len(heads))
+        start = torch.full((len(heads),), common)
+        _, cache, mask = self._extend([h[common:] for h in heads], start, cache, mask)
+        rows = torch.tensor(slot)
+        cache.batch_select_indices(rows.to(self.device))
+        return cache, mask[rows]
+
     def _prefilled(self, prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor, Any]:
         """The batch as ``generate`` takes it, each shared head already in the KV cache.
 
         Prompts that share a head (:func:`head_clusters`: a seat's system prompt and rules)
-        have it run once per cluster; row i is laid out as its cluster's head (right-padded
-        to the longest head) followed by its own tail (left-padded), with the mask marking
-        the real tokens.  ``generate`` reads positions off the mask, so every token keeps
-        the position it has in its own prompt: the same distribution as without sharing.
+        have it run once per cluster; where prompts repeat (a group of samples per state),
+        each distinct prompt runs once but for its last token (:meth:`_prompt_units`), after
+        what all of them begin with.  Row i is laid out as its head (right-padded to the
+        longest head) followed by its own tail (left-padded), with the mask marking the real
+        tokens.  ``generate`` reads positions off the mask, so every token keeps the
+        position it has in its own prompt: the same distribution as without sharing.
         Returns ids, mask and the cache (None: no two prompts share a head).
         """
         pad = self.tokenizer.pad_token_id
-        clusters = self._clusters(prompts) if len(prompts) > 1 else []
-        if all(len(c) == 1 for c in clusters):
-            return *left_pad(prompts, pad), None
-        heads, owner = [], [0] * len(prompts)
-        for k, cluster in enumerate(clusters):
-            heads.append(prompts[cluster[0]][: self._head([prompts[i] for i in cluster])])
-            for i in cluster:
-                owner[i] = k
-        cache, head_mask = self._shared_heads(heads, owner)
+        units = self._prompt_units(prompts) if len(prompts) > 1 else None
+        if units is not None:
+            heads, owner, _ = self._unit_heads(prompts, None, units)
+            cache, head_mask = self._heads_cache(heads, owner, nested=True)
+        else:
+            heads, owner = self._cluster_heads(prompts)
+            cache, head_mask = self._shared_heads(heads, owner) if heads else (None, None)
         if cache is None:
             return *left_pad(prompts, pad), None
         head_ids = torch.full(head_mask.shape, pad, dtype=torch.long)
@@ -156,3 +204,16 @@ class Prefill:
             [p[len(heads[k]) :] for p, k in zip(prompts, owner, strict=True)], pad
         )
         return (torch.cat([head_ids, tail_ids], 1), torch.cat([head_mask, tail_mask], 1), cache)
+
+    def _cluster_heads(self, prompts: list[list[int]]) -> tuple[list[list[int]], list[int]]:
+        """Per :func:`head_clusters` cluster, its prompts' common head; per prompt, its
+        cluster's index.  No heads where no two prompts share one."""
+        clusters = self._clusters(prompts) if len(prompts) > 1 else []
+        if all(len(c) == 1 for c in clusters):
+            return [], []
+        heads, owner = [], [0] * len(prompts)
+        for k, cluster in enumerate(clusters):
+            heads.append(prompts[cluster[0]][: self._head([prompts[i] for i in cluster])])
+            for i in cluster:
+                owner[i] = k
+        return heads, owner

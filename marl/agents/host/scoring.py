@@ -8,12 +8,11 @@ training the scores are remembered per adapter until a weight they depend on cha
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from marl.agents.host.prefill import MIN_HEAD, Prefill, common_prefix
+from marl.agents.host.prefill import MIN_HEAD, Prefill
 from marl.agents.policy import scale_temperature
 from marl.agents.precision import compute_dtype
 
@@ -25,7 +24,6 @@ class Scoring(Prefill):
     """Sequence and candidate log-probs (a :class:`ModelHost` part)."""
 
     _memo: dict[str | None, dict[tuple, float]]
-    share_prompts: bool
     _memo_version: dict[str | None, tuple[int, ...]]
     _active: str | None
 
@@ -143,45 +141,6 @@ class Scoring(Prefill):
         tok = logp.gather(2, target.to(dev)[..., None]).squeeze(2) * valid.to(dev)
         return list(tok.sum(1).split([len(cs) for cs in candidates])), hidden, hl
 
-    def _heads_cache(
-        self, heads: list[list[int]], slot: list[int], nested: bool
-    ) -> tuple[Any, torch.Tensor | None]:
-        """:meth:`_shared_heads` of the units' heads; ``nested``: what the heads themselves
-        begin with (a seat's system prompt and rules) runs once for all of them first, where
-        it is at least :data:`MIN_HEAD` tokens (not when each unit's work must stay its own)."""
-        common = common_prefix(heads) if nested and len(heads) > 1 and all(heads) else 0
-        if common < MIN_HEAD or not self.share_prefix:
-            return self._shared_heads(heads, slot)
-        cache, mask = self._shared_heads([heads[0][:common]], [0] * len(heads))
-        start = torch.full((len(heads),), common)
-        _, cache, mask = self._extend([h[common:] for h in heads], start, cache, mask)
-        rows = torch.tensor(slot)
-        cache.batch_select_indices(rows.to(self.device))
-        return cache, mask[rows]
-
-    def _unit_heads(
-        self,
-        prompts: list[list[int]],
-        max_head: int | list[int] | None,
-        units: list[int] | None,
-    ) -> tuple[list[list[int]], list[int], list[int]]:
-        """Per unit, its prompts' common head (at most ``max_head`` tokens, or the least of its
-        prompts' ``max_head[i]``; a lone prompt's: all but its last token); per prompt, its
-        unit's index among those heads; per head, its unit's first prompt."""
-        members: dict[int, list[int]] = {}
-        for i, u in enumerate(units or [0] * len(prompts)):
-            members.setdefault(u, []).append(i)
-        heads = []
-        for m in members.values():
-            h = self._head([prompts[i] for i in m]) if len(m) > 1 else len(prompts[m[0]]) - 1
-            cap = min(max_head[i] for i in m) if isinstance(max_head, list) else max_head
-            heads.append(prompts[m[0]][: h if cap is None else min(h, cap)])
-        slot = [0] * len(prompts)
-        for k, m in enumerate(members.values()):
-            for i in m:
-                slot[i] = k
-        return heads, slot, [m[0] for m in members.values()]
-
     def reasoned_stats(
         self,
         prompts: list[list[int]],
@@ -238,14 +197,6 @@ class Scoring(Prefill):
             max_head=[len(p) - 1 for p in prompts],
             units=self._prompt_units(prompts),
         )
-
-    def _prompt_units(self, prompts: list[list[int]]) -> list[int] | None:
-        """Units of identical prompts for :meth:`_tree_scores` where some prompt repeats (each
-        distinct prompt then runs once, after the head all share); else None (one unit)."""
-        index: dict[tuple, int] = {}
-        units = [index.setdefault(tuple(p), len(index)) for p in prompts]
-        repeats = len(index) < len(prompts)
-        return units if repeats and self.share_prefix and self.share_prompts else None
 
     def separate_scores(
         self,
