@@ -86,6 +86,14 @@ class LearnerConfig(StrictModel):
         1, ge=1, le=3, description="DeepSpeed ZeRO stage (no ZeRO: backend torch)."
     )
     micro_batch: Int = Field(16, ge=1, le=65536, description="Sequences per forward/backward.")
+    forward_batch: Int = Field(
+        64,
+        ge=1,
+        le=65536,
+        description="Sequences per forward without gradients (the policy-target fits' "
+        "evaluations of their loss, the magnet's reads): no activations are kept for a "
+        "backward, so it can be larger than micro_batch.",
+    )
     ranks: Int = Field(
         1,
         ge=1,

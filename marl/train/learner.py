@@ -391,8 +391,14 @@ class Learner:
         return logp, old, mask
 
     # ----- micro-batches
-    def chunks(self, group: list[TrainItem]) -> list[list[TrainItem]]:
-        """Micro-batches of at most ``micro_batch`` distinct sequences.
+    def chunk_size(self, grad: bool) -> int:
+        """Sequences per forward: ``micro_batch`` where a backward follows, else
+        ``forward_batch``."""
+        learner = self.cfg.learner
+        return learner.micro_batch if grad else learner.forward_batch
+
+    def chunks(self, group: list[TrainItem], grad: bool = True) -> list[list[TrainItem]]:
+        """Micro-batches of at most :meth:`chunk_size` distinct sequences.
 
         Items are ordered by prompt so repeated information states share a micro-batch and
         are computed once (see ``ModelHost.candidate_scores``).
@@ -406,7 +412,7 @@ class Learner:
                 if it.kind == "choice"
                 else {id(it)}
             )
-            if not chunks or len(seen | keys) > self.cfg.learner.micro_batch:
+            if not chunks or len(seen | keys) > self.chunk_size(grad):
                 chunks.append([])
                 seen = set()
             chunks[-1].append(it)

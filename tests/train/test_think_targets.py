@@ -216,6 +216,34 @@ def test_without_a_reasoning_weight_the_reasoning_is_never_scored(
     assert stats.fit_residual < before and stats.clip_frac == 0.0
 
 
+@pytest.mark.parametrize("forward_batch", [3, 64])
+def test_evaluations_without_gradients_take_forward_batch_sequences(
+    monkeypatch: pytest.MonkeyPatch, forward_batch: int
+) -> None:
+    """The fit's evaluations of its loss and the magnet's reads run ``forward_batch``
+    decisions a forward (a state never split), the linearisation ``micro_batch``; the fit is
+    the hand-checked one whatever the sizes."""
+    host = _host()
+    items = _think_items(host)  # 3 states of 3 decisions
+    sizes: list[int] = []
+    move_scores = host.move_scores
+    monkeypatch.setattr(
+        host, "move_scores", lambda p, x, c: sizes.append(len(p)) or move_scores(p, x, c)
+    )
+    backward: list[int] = []
+    separate = host.separate_scores
+    monkeypatch.setattr(
+        host, "separate_scores", lambda p, c, *a: backward.append(len(p)) or separate(p, c, *a)
+    )
+    learner = _learner_with_magnet(host, fit_steps=2, solver="gauss_newton", reasoning_weight=0.0)
+    learner.cfg.learner.micro_batch, learner.cfg.learner.forward_batch = 3, forward_batch
+    targets = _hand_targets(host, items, 2.0, 0.5)
+    stats = learner.update(items)
+    assert set(sizes) == {min(forward_batch, 9)} and len(sizes) > 3
+    assert backward and set(backward) <= {3}
+    assert stats.fit_residual == pytest.approx(_hand_kl(host, items, targets), rel=1e-4, abs=1e-6)
+
+
 def test_one_backward_per_action_gives_each_state_s_row_of_the_mean_move_s_jacobian(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -513,7 +513,7 @@ class PolicyTarget:
             self.learner,
             b,
             grad,
-            lambda keys: self.learner.chunks([b.states[k] for k in keys]),
+            lambda keys: self.learner.chunks([b.states[k] for k in keys], grad),
             part,
         )
 

@@ -67,7 +67,8 @@ sampled there rather than by the card; behind a shared set of reasonings only th
 differs.  The loss and the fit's residual are then those of the pooled mixtures.
 
 A state's decisions are scored in one micro-batch (its mixture needs every reasoning in one
-graph), so a state with more than ``train.learner.micro_batch`` decisions takes one alone.
+graph), so a state with more than ``train.learner.micro_batch`` decisions (``forward_batch``
+in the evaluations without gradients) takes one alone.
 """
 
 from __future__ import annotations
@@ -250,7 +251,7 @@ class ThinkTarget:
             return seen[-1].kl if math.isfinite(seen[-1].total) else math.inf
 
         def rows(group: list[tuple], params: list[torch.nn.Parameter]) -> Iterator[Linearised]:
-            for chunk in self._chunks(b, group):
+            for chunk in self._chunks(b, group, grad=True):
                 yield think_jacobian(
                     self.learner, chunk, params, b.targets, self.cfg.think_fit == "each"
                 )
@@ -271,7 +272,7 @@ class ThinkTarget:
             with torch.no_grad(), self.learner.compute():
                 for adapter, group in b.by_adapter.items():
                     with self.learner.host.use(magnet_adapter(adapter)):
-                        for chunk in self._chunks(b, group):
+                        for chunk in self._chunks(b, group, grad=False):
                             dists = self.learner.reasoned_moves(_items(chunk))
                             keys = [state_key(s[0]) for s in chunk]
                             share = self.learner.magnet_share
@@ -279,8 +280,8 @@ class ThinkTarget:
                             b.rho.update(zip(keys, rho, strict=True))
         return b
 
-    def _chunks(self, b: TargetBatch, keys: list[tuple]) -> list[list[State]]:
-        return state_chunks([b.members[k] for k in keys], self.learner.cfg.learner.micro_batch)
+    def _chunks(self, b: TargetBatch, keys: list[tuple], grad: bool) -> list[list[State]]:
+        return state_chunks([b.members[k] for k in keys], self.learner.chunk_size(grad))
 
     def evaluate(self, b: TargetBatch, grad: bool) -> Evaluation:
         """The loss at the current weights (its gradient accumulated when ``grad``; see
@@ -301,7 +302,9 @@ class ThinkTarget:
             out.clip_frac += reasoning.parts.clip_frac * share
             return kl / n + self.cfg.reasoning_weight * share * reasoning.parts.loss
 
-        out.total = accumulate(self.learner, b, grad, lambda keys: self._chunks(b, keys), part)
+        out.total = accumulate(
+            self.learner, b, grad, lambda keys: self._chunks(b, keys, grad), part
+        )
         return out
 
     def _chunk_loss(self, b: TargetBatch, chunk: list[State]) -> tuple[torch.Tensor, Reasoning]:
