@@ -18,7 +18,7 @@ from marl.agents.host.generation import (
     think_contexts,
     think_responses,
 )
-from marl.agents.host.prompts import role_prompts
+from marl.agents.host.prompts import action_ids, role_prompts
 from marl.agents.policy import (
     Request,
     Response,
@@ -102,7 +102,7 @@ class HFPolicy:
         self, requests: list[Request], prompts: list[list[int]]
     ) -> tuple[list[list[int]], list[list[float]]]:
         """Candidate token ids and ``log p(text_a | prompt)`` of every legal action."""
-        cands = [[self.host.text_ids(t) for t in r.action_texts] for r in requests]
+        cands = action_ids(self.host, requests)
         scores = [s.tolist() for s in self.host.candidate_scores(prompts, cands)]
         return cands, scores
 
@@ -112,7 +112,7 @@ class HFPolicy:
     ) -> tuple[list[list[int]], list[list[float]]]:
         """:meth:`_scores` after think ``contexts`` that begin with ``prompts``: each distinct
         prompt runs once however many reasonings follow it (``ModelHost.move_scores``)."""
-        cands = [[self.host.text_ids(t) for t in r.action_texts] for r in requests]
+        cands = action_ids(self.host, requests)
         scores = [s.tolist() for s in self.host.move_scores(prompts, contexts, cands)]
         return cands, scores
 

@@ -37,7 +37,7 @@ import torch
 from marl.agents.hf_policy import MODES
 from marl.agents.host import ModelHost
 from marl.agents.host.generation import free_responses, think_contexts, think_responses
-from marl.agents.host.prompts import role_prompts
+from marl.agents.host.prompts import action_ids, role_prompts
 from marl.agents.policy import Request, Response, choice_response, greedy, register_backend
 from marl.agents.precision import resolve
 
@@ -226,7 +226,7 @@ class VLLMPolicy:
         if reasons:
             reasoning, logps = self._sample(prompts, self.think_tokens, lora)
             contexts = think_contexts(self.host, prompts, reasoning)
-            cands = self._candidates(requests)
+            cands = action_ids(self.host, requests)
             return think_responses(
                 self.host,
                 requests,
@@ -276,9 +276,6 @@ class VLLMPolicy:
             )
         return ids, lps
 
-    def _candidates(self, requests: list[Request]) -> list[list[list[int]]]:
-        return [[self.host.text_ids(t) for t in r.action_texts] for r in requests]
-
     def scores(
         self, prompts: list[list[int]], cands: list[list[list[int]]], lora: Any
     ) -> list[list[float]]:
@@ -317,7 +314,7 @@ class VLLMPolicy:
     def _choose(
         self, requests: list[Request], prompts: list[list[int]], cut: list[bool], lora: Any
     ) -> list[Response]:
-        cands = self._candidates(requests)
+        cands = action_ids(self.host, requests)
         scores = self.scores(prompts, cands, lora)
         return [
             choice_response(req, p, cs, s, self.temperature, self.rng, t)

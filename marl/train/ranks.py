@@ -16,8 +16,8 @@ Every rank runs the same sequence of micro-batches: per agent, as many as the ra
 most, padded with zero-weight copies of the agent's first item (:meth:`Ranks.schedule`).
 ZeRO-2 reduces gradients inside each backward, so the ranks' backwards have to pair up; the
 check for a non-finite loss is taken together after each micro-batch, so all ranks skip.
-(ZeRO-3 would need the ranks' *forwards* to pair up too, which the host's data-dependent
-scoring passes do not: the config keeps it on one rank.)
+ZeRO-3 needs the ranks' *forwards* to pair up too: the learner then scores each micro-batch
+with one forward (no shared heads), and the config refuses think roles there.
 
 A process with no group (or a group of one) is rank 0 of 1 and communicates nothing.
 """

@@ -29,8 +29,8 @@ class ModelHost(Adapters, PromptEncoding, Scoring, Generation):
 
     ``share_prefix = False`` turns off running the prompts' shared heads once (every row is
     run in full, as libraries without prefix sharing do); ``share_prompts = False`` turns off
-    running a repeated prompt once for the think contexts after it (they share the one head
-    common to all instead): switches for benchmarks.
+    running a repeated prompt once, in generation and for the think contexts after it (they
+    share the one head common to all instead): switches for benchmarks.
     """
 
     def __init__(self, model: torch.nn.Module, tokenizer, share_prefix: bool = True) -> None:

@@ -85,3 +85,8 @@ def role_prompts(
         out.append(host.prompt_ids(messages, max_prompt_tokens))
     prompts, cut = zip(*out, strict=True)
     return list(prompts), list(cut)
+
+
+def action_ids(host: ModelHost, requests: list[Request]) -> list[list[list[int]]]:
+    """Each request's legal actions as token ids: the candidates every local backend scores."""
+    return [[host.text_ids(t) for t in r.action_texts] for r in requests]
