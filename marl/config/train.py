@@ -267,6 +267,12 @@ class PolicyTargetConfig(StrictModel):
         description="gauss_newton: the step lengths each step tries, 1, 1/2, ..., "
         "2^-(lengths - 1) of the full step (one loss evaluation each; the lowest kept).",
     )
+    search: Literal["all", "descent"] = Field(
+        "all",
+        description="gauss_newton: all: every one of the lengths; descent: 2, then the "
+        "lengths in turn, stopping at the first loss above the one before once one is below "
+        "the start (2-3 evaluations where the full step is well scaled).",
+    )
 
     @model_validator(mode="after")
     def _pooled_reasonings(self) -> PolicyTargetConfig:

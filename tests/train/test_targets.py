@@ -16,6 +16,7 @@ from helpers import metrics_rows, tiny_smoke, tiny_team, train_config
 from marl.config import ConfigError, load_config_text
 from marl.train.learner import Learner, magnet_adapter
 from marl.train.objectives.policy_target import (
+    Fit,
     action_values,
     fit,
     gauss_newton,
@@ -283,6 +284,38 @@ def test_the_gauss_newton_step_takes_its_best_length() -> None:
     )
     assert len(seen) == 1 + 4 and float(w.detach()) == 0.0
     assert result.best == result.first == 2.25
+
+
+def test_a_descent_search_stops_once_the_loss_rises_and_may_double_the_step() -> None:
+    """``search: descent`` tries 2, 1, 1/2, ... of the step and stops at the first loss above
+    the one before once one is below the start.  v(w) = w / (1 + |w|) from 0 towards 0.6
+    (J = 1, full step 0.6): the full step undershoots (v 0.375), twice it lands near (v 0.545)
+    and is kept after two losses.  v(w) = w towards 1.5: 3 is no better than the start, 1.5
+    exact, 0.75 worse: three losses.  v(w) = w - 2 w^3 (a step far too long): it walks down
+    every length as ``all`` does and keeps the same 0.375."""
+    w = torch.nn.Parameter(torch.zeros(1, dtype=torch.float64))
+    seen: list[float] = []
+
+    def search(v: Callable, target: float) -> Fit:
+        def loss() -> float:
+            seen.append(round(float(w.detach()), 4))
+            return (target - float(v(w).detach())) ** 2
+
+        def linearise():
+            return jacobian(v(w), [w]), (target - v(w)).detach()
+
+        w.data.zero_()
+        seen.clear()
+        return gauss_newton_fit(linearise, [w], loss, 1e-9, 1, loss(), 4, "descent")
+
+    search(lambda w: w / (1 + w.abs()), 0.6)
+    assert seen == [0.0, 1.2, 0.6] and float(w.detach()) == pytest.approx(1.2)
+    search(lambda w: w * 1.0, 1.5)
+    assert seen == [0.0, 3.0, 1.5, 0.75] and float(w.detach()) == pytest.approx(1.5)
+    result = search(lambda w: w - 2 * w**3, 1.5)
+    assert seen == [0.0, 3.0, 1.5, 0.75, 0.375, 0.1875]
+    assert float(w.detach()) == pytest.approx(0.375)
+    assert result.best == pytest.approx((1.5 - 0.375 + 2 * 0.375**3) ** 2)
 
 
 def test_gauss_newton_fits_the_tiny_model_closer_than_adam() -> None:

@@ -279,32 +279,54 @@ def gauss_newton_fit(
     steps: int,
     first: float,
     lengths: int = 6,
+    search: str = "all",
 ) -> Fit:
     """``steps`` damped Gauss-Newton steps (:func:`gauss_newton`) on ``linearise()``'s
     Jacobian and residual (targets minus values), from ``first = loss()`` at the start
-    (which the caller has already).
-
-    Each step keeps its direction and takes the length, of 1, 1/2, ..., 2^-(lengths - 1)
-    times the full step, with the lowest ``loss()``; a step that lowers nothing ends the
-    fit.  All lengths are tried: along a step far beyond where the model is linear the loss
-    is not unimodal (SmolLM2's first step: 0.068 -> 0.19, 0.065, 0.11, 0.048 at 1, 1/2,
-    1/4, 1/8).  A larger damping would shorten the step too, but would turn it towards the
-    gradient, i.e. towards what the states share (card-blind play)."""
+    (which the caller has already); each keeps its direction and takes the length
+    :func:`line_search` finds; a step that lowers nothing ends the fit."""
     best = first
     for _ in range(steps):
         jac, residual = linearise()
         delta = gauss_newton(jac, residual, ridge)
-        losses = []
-        for i in range(lengths):
-            shift(params, delta / 2**i)
-            losses.append(loss())
-            shift(params, -delta / 2**i)
-        i = min(range(lengths), key=losses.__getitem__)
-        if not losses[i] < best:
+        length, value = line_search(params, delta, loss, lengths, search, best)
+        if not value < best:
             break
-        best = losses[i]
-        shift(params, delta / 2**i)
+        best = value
+        shift(params, delta * length)
     return Fit(first, best)
+
+
+def line_search(
+    params: list[torch.nn.Parameter],
+    delta: torch.Tensor,
+    loss: Callable[[], float],
+    lengths: int,
+    search: str,
+    start: float,
+) -> tuple[float, float]:
+    """The length, as a multiple of the step ``delta``, with the lowest ``loss()`` of those
+    tried, and that loss (the weights left where they were).
+
+    ``all`` tries 1, 1/2, ..., 2^-(lengths - 1): along a step far beyond where the model is
+    linear the loss is not unimodal (SmolLM2's first step: 0.068 -> 0.19, 0.065, 0.11, 0.048
+    at 1, 1/2, 1/4, 1/8).  A larger damping would shorten the step too, but would turn it
+    towards the gradient, i.e. towards what the states share (card-blind play).  ``descent``
+    tries 2 first, then the same lengths in turn, and stops at the first loss above the one
+    before it once one is below ``start``: where the step is well scaled (a think-target fit
+    after its first steps: the loss falls all the way to the full step) that is 2-3 losses
+    instead of all of them, and a step that is too long still walks down as far as ``all``."""
+    factors = [2.0] * (search == "descent") + [2.0**-i for i in range(lengths)]
+    tried: list[tuple[float, float]] = []
+    for factor in factors:
+        shift(params, delta * factor)
+        value = loss()
+        shift(params, -delta * factor)
+        rose = bool(tried) and value > tried[-1][1]
+        if search == "descent" and rose and min(v for _, v in tried) < start:
+            break
+        tried.append((factor, value))
+    return min(tried, key=lambda t: t[1])
 
 
 def adapter_gauss_newton(
@@ -329,7 +351,7 @@ def adapter_gauss_newton(
             return torch.cat([j for j, _ in parts]), torch.cat([r for _, r in parts])
 
         best = gauss_newton_fit(
-            linearise, params, loss, cfg.ridge, cfg.fit_steps, best, cfg.lengths
+            linearise, params, loss, cfg.ridge, cfg.fit_steps, best, cfg.lengths, cfg.search
         ).best
     return Fit(first, best)
 
