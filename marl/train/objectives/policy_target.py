@@ -315,7 +315,8 @@ def line_search(
     tries 2 first, then the same lengths in turn, and stops at the first loss above the one
     before it once one is below ``start``: where the step is well scaled (a think-target fit
     after its first steps: the loss falls all the way to the full step) that is 2-3 losses
-    instead of all of them, and a step that is too long still walks down as far as ``all``."""
+    instead of all of them; a step that is too long still walks down until a length lowers
+    the loss, but a lower loss further down, past a rise, goes unseen."""
     factors = [2.0] * (search == "descent") + [2.0**-i for i in range(lengths)]
     tried: list[tuple[float, float]] = []
     for factor in factors:
