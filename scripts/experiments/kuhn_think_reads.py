@@ -57,8 +57,9 @@ class Variant:
     fit: int = 4  # reasonings each state is fitted after (drawn from its pool's reads)
 
 
-# step times from the SmolLM2 recipe on AMD EPYC, AVX2, fp32: a 4-read step ~158 s (rollout
-# 30, update 128), 8 reads fitted after 8 ~250 s; sampling 4 more reasonings a state ~+26 s
+# step times from the SmolLM2 recipe at e6515a1 (one Gauss-Newton step a fit, every length
+# searched) on AMD EPYC, AVX2, fp32: a 4-read step ~158 s (rollout 30, update 128), 8 reads
+# fitted after 8 ~250 s; sampling 4 more reasonings a state ~+26 s
 VARIANTS = [
     Variant("4 reads, fitted after 4 (the recipe)", 17),
     Variant("8 reads, fitted after 8 (group_size 8)", 11, 8, 8),

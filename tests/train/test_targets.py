@@ -248,41 +248,38 @@ def test_one_backward_gives_every_state_s_row_of_the_jacobian() -> None:
     torch.testing.assert_close(residual, wanted - values.detach(), rtol=1e-5, atol=1e-5)
 
 
+def _fit_one_weight(
+    v: Callable, target: float, search: str = "all", steps: int = 1, away: bool = False
+) -> tuple[Fit, list[float], float]:
+    """:func:`gauss_newton_fit` of one weight w from 0 towards v(w) = ``target`` (loss
+    (target - v)^2, 4 lengths): the fit, the w at each loss evaluated (rounded) and w after.
+    ``away``: the residual points the wrong way, so every step is worse."""
+    w = torch.nn.Parameter(torch.zeros(1, dtype=torch.float64))
+    seen: list[float] = []
+
+    def loss() -> float:
+        seen.append(round(float(w.detach()), 4))
+        return (target - float(v(w).detach())) ** 2
+
+    def linearise():
+        residual = (target - v(w)).detach()
+        return jacobian(v(w), [w]), -residual if away else residual
+
+    result = gauss_newton_fit(linearise, [w], loss, 1e-9, steps, loss(), 4, search)
+    return result, seen, float(w.detach())
+
+
 def test_the_gauss_newton_step_takes_its_best_length() -> None:
     """v(w) = w - 2 w^3 from w = 0 towards 1.5 (J = 1, so the full step is w = 1.5): of the
     lengths 1, 1/2, 1/4, 1/8, 0.375 lands closest (v 0.27; 0.75 overshoots to v -0.09) and
     is kept.  Steps that all raise the loss leave w as it was and end the fit."""
-    w = torch.nn.Parameter(torch.zeros(1, dtype=torch.float64))
-    seen = []
-
-    def loss(v: Callable = lambda w: w - 2 * w**3) -> float:
-        seen.append(round(float(w.detach()), 4))
-        return (1.5 - float(v(w).detach())) ** 2
-
-    def linearise():
-        v = w - 2 * w**3
-        return jacobian(v, [w]), (1.5 - v).detach()
-
-    result = gauss_newton_fit(linearise, [w], loss, ridge=1e-9, steps=1, first=loss(), lengths=4)
+    result, seen, w = _fit_one_weight(lambda w: w - 2 * w**3, 1.5)
     assert seen == [0.0, 1.5, 0.75, 0.375, 0.1875]
-    assert float(w.detach()) == pytest.approx(0.375)
+    assert w == pytest.approx(0.375)
     assert result.best == pytest.approx((1.5 - 0.375 + 2 * 0.375**3) ** 2)
-    w.data.zero_()
-    seen.clear()
-
-    def away():  # v(w) = w, but a residual pointing the wrong way: every step is worse
-        return jacobian(w * 1.0, [w]), torch.tensor([-1.5], dtype=torch.float64)
-
-    result = gauss_newton_fit(
-        away,
-        [w],
-        lambda: loss(lambda w: w),
-        ridge=1e-9,
-        steps=3,
-        first=loss(lambda w: w),
-        lengths=4,
-    )
-    assert len(seen) == 1 + 4 and float(w.detach()) == 0.0
+    # v(w) = w, but a residual pointing the wrong way: every step is worse
+    result, seen, w = _fit_one_weight(lambda w: w * 1.0, 1.5, steps=3, away=True)
+    assert len(seen) == 1 + 4 and w == 0.0
     assert result.best == result.first == 2.25
 
 
@@ -293,28 +290,13 @@ def test_a_descent_search_stops_once_the_loss_rises_and_may_double_the_step() ->
     and is kept after two losses.  v(w) = w towards 1.5: 3 is no better than the start, 1.5
     exact, 0.75 worse: three losses.  v(w) = w - 2 w^3 (a step far too long): it walks down
     every length as ``all`` does and keeps the same 0.375."""
-    w = torch.nn.Parameter(torch.zeros(1, dtype=torch.float64))
-    seen: list[float] = []
-
-    def search(v: Callable, target: float) -> Fit:
-        def loss() -> float:
-            seen.append(round(float(w.detach()), 4))
-            return (target - float(v(w).detach())) ** 2
-
-        def linearise():
-            return jacobian(v(w), [w]), (target - v(w)).detach()
-
-        w.data.zero_()
-        seen.clear()
-        return gauss_newton_fit(linearise, [w], loss, 1e-9, 1, loss(), 4, "descent")
-
-    search(lambda w: w / (1 + w.abs()), 0.6)
-    assert seen == [0.0, 1.2, 0.6] and float(w.detach()) == pytest.approx(1.2)
-    search(lambda w: w * 1.0, 1.5)
-    assert seen == [0.0, 3.0, 1.5, 0.75] and float(w.detach()) == pytest.approx(1.5)
-    result = search(lambda w: w - 2 * w**3, 1.5)
+    _, seen, w = _fit_one_weight(lambda w: w / (1 + w.abs()), 0.6, "descent")
+    assert seen == [0.0, 1.2, 0.6] and w == pytest.approx(1.2)
+    _, seen, w = _fit_one_weight(lambda w: w * 1.0, 1.5, "descent")
+    assert seen == [0.0, 3.0, 1.5, 0.75] and w == pytest.approx(1.5)
+    result, seen, w = _fit_one_weight(lambda w: w - 2 * w**3, 1.5, "descent")
     assert seen == [0.0, 3.0, 1.5, 0.75, 0.375, 0.1875]
-    assert float(w.detach()) == pytest.approx(0.375)
+    assert w == pytest.approx(0.375)
     assert result.best == pytest.approx((1.5 - 0.375 + 2 * 0.375**3) ** 2)
 
 

@@ -51,7 +51,7 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -279,7 +279,7 @@ def gauss_newton_fit(
     steps: int,
     first: float,
     lengths: int = 6,
-    search: str = "all",
+    search: Literal["all", "descent"] = "all",
 ) -> Fit:
     """``steps`` damped Gauss-Newton steps (:func:`gauss_newton`) on ``linearise()``'s
     Jacobian and residual (targets minus values), from ``first = loss()`` at the start
@@ -302,7 +302,7 @@ def line_search(
     delta: torch.Tensor,
     loss: Callable[[], float],
     lengths: int,
-    search: str,
+    search: Literal["all", "descent"],
     start: float,
 ) -> tuple[float, float]:
     """The length, as a multiple of the step ``delta``, with the lowest ``loss()`` of those
