@@ -124,6 +124,7 @@ def decoding_kwargs(role: RoleConfig) -> dict:
         "max_prompt_tokens": dec.max_prompt_tokens,
         "think_tokens": dec.think_tokens,
         "think_prompt": dec.think_prompt,
+        "choice_score": dec.choice_score,
     }
 
 

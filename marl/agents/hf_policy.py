@@ -25,7 +25,9 @@ from marl.agents.policy import (
     choice_probs,
     choice_response,
     greedy,
+    move_scores,
     register_backend,
+    score_divisors,
 )
 from marl.agents.precision import autocast
 
@@ -48,6 +50,7 @@ class HFPolicy:
         seed: int = 0,
         think_tokens: int = 48,
         think_prompt: str = "",
+        choice_score: str = "sum",
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"decoding mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -55,6 +58,8 @@ class HFPolicy:
         self.temperature, self.max_new_tokens, self.top_p = temperature, max_new_tokens, top_p
         self.max_prompt_tokens = max_prompt_tokens
         self.think_tokens, self.think_prompt = think_tokens, think_prompt
+        score_divisors([], choice_score)  # an unknown name fails here, not at the first move
+        self.choice_score = choice_score
         self.rng = random.Random(seed)
 
     @property
@@ -122,7 +127,7 @@ class HFPolicy:
         """Sample from the normalised candidate scores."""
         cands, scores = self._scores(requests, prompts)
         return [
-            choice_response(req, p, cs, s, self.temperature, self.rng, t)
+            choice_response(req, p, cs, s, self.temperature, self.rng, t, self.choice_score)
             for req, p, cs, s, t in zip(requests, prompts, cands, scores, cut, strict=True)
         ]
 
@@ -154,6 +159,7 @@ class HFPolicy:
             cut,
             self.temperature,
             self.rng,
+            self.choice_score,
         )
 
     def probabilities(self, requests: list[Request]) -> list[list[float]]:
@@ -165,8 +171,8 @@ class HFPolicy:
             return self.probabilities_after(requests, self.reasonings(requests))
         prompts, _ = self._prompts(requests)
         with self.host.use(self.adapter), self._compute():
-            _, scores = self._scores(requests, prompts)
-        return [choice_probs(s, self.temperature) for s in scores]
+            cands, scores = self._scores(requests, prompts)
+        return self._probs(cands, scores)
 
     @torch.no_grad()
     def answer_probs(self, responses: list[Response]) -> list[list[float]]:
@@ -194,8 +200,15 @@ class HFPolicy:
         prompts, _ = self._prompts(requests)
         with self.host.use(self.adapter), self._compute():
             contexts = think_contexts(self.host, prompts, reasoning)
-            _, scores = self._scores_after(requests, prompts, contexts)
-        return [choice_probs(s, self.temperature) for s in scores]
+            cands, scores = self._scores_after(requests, prompts, contexts)
+        return self._probs(cands, scores)
+
+    def _probs(self, cands: list[list[list[int]]], logps: list[list[float]]) -> list[list[float]]:
+        """The choice distributions from the candidates' summed log-probs."""
+        return [
+            choice_probs(move_scores(s, cs, self.choice_score), self.temperature)
+            for cs, s in zip(cands, logps, strict=True)
+        ]
 
     def reasoning_text(self, reasoning: list[int]) -> str:
         return reasoning_text(self.host, reasoning)

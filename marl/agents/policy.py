@@ -8,8 +8,9 @@ A response carries what training needs: prompt and completion token ids and the 
 the completion under the policy that produced it.  In ``choice`` decoding the policy samples from
 the distribution over the legal actions' texts, ``pi(a|s) = softmax_a(log p(text_a | s) / T)``,
 and reports that single log-prob plus every candidate's token ids, so a learner can recompute
-``log pi(a|s)`` exactly.  ``think`` decoding first samples reasoning tokens, then chooses the
-same way after them: the response carries both (docs/algorithms.md#think-then-act).
+``log pi(a|s)`` exactly; with ``choice_score: mean`` a move's score is its text's mean token
+log-prob instead (:data:`CHOICE_SCORES`).  ``think`` decoding first samples reasoning tokens,
+then chooses the same way after them: the response carries both (docs/algorithms.md#think-then-act).
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ class Response:
     answer_ids: list[list[int]] | None = None  # free decoding: each legal move's own answer
     truncated_prompt: bool = False
     temperature: float = 1.0  # what the policy sampled at; 0: greedy
+    choice_score: str = "sum"  # choice and think: how moves were scored (CHOICE_SCORES)
     usage: tuple[int, int] | None = None  # (prompt, completion) tokens a server reported
 
     def token_counts(self) -> tuple[int, int]:
@@ -136,6 +138,30 @@ def scale_temperature(temperature: float) -> float:
     return 1.0 if greedy(temperature) else temperature
 
 
+# A move's score from its text's token log-probs, as what their sum is divided by for a text of
+# n tokens.  sum: the text's log-prob, under which a long move is unlikely however well each of
+# its tokens fits (an untrained model facing ``[propose 2 0 1]`` and ``[No deal]`` picks the short
+# one); mean: the mean token log-prob, so moves of different lengths compete on how well their
+# tokens fit (the length-normalised score of multiple-choice evaluations).
+CHOICE_SCORES: dict[str, Callable[[int], int]] = {"sum": lambda n: 1, "mean": lambda n: n}
+
+
+def score_divisors(candidates: list[list[int]], how: str) -> list[int]:
+    """What each candidate's summed log-prob is divided by to make its score
+    (:data:`CHOICE_SCORES`)."""
+    try:
+        per_length = CHOICE_SCORES[how]
+    except KeyError:
+        known = ", ".join(CHOICE_SCORES)
+        raise ValueError(f"choice_score must be one of {known}, got {how!r}") from None
+    return [per_length(len(c)) for c in candidates]
+
+
+def move_scores(logps: list[float], candidates: list[list[int]], how: str) -> list[float]:
+    """The candidates' scores from their summed log-probs ``logps``."""
+    return [s / d for s, d in zip(logps, score_divisors(candidates, how), strict=True)]
+
+
 def choice_logprobs(scores: list[float], temperature: float) -> list[float]:
     """``log softmax(scores / T)``, ``T`` from :func:`scale_temperature`."""
     t = scale_temperature(temperature)
@@ -157,11 +183,14 @@ def choice_response(
     temperature: float,
     rng: random.Random,
     truncated: bool = False,
+    choice_score: str = "sum",
 ) -> Response:
-    """Sample one of ``request``'s legal actions from its candidates' scores (greedy when
-    ``T = 0``); the response carries ``log pi`` of the pick and the whole distribution."""
+    """Sample one of ``request``'s legal actions from its candidates' summed log-probs
+    ``scores`` (made into scores by ``choice_score``; greedy when ``T = 0``); the response
+    carries ``log pi`` of the pick and the whole distribution."""
     if not all(math.isfinite(s) for s in scores):
         raise PolicyError(f"non-finite action scores {scores} (the model's weights diverged?)")
+    scores = move_scores(scores, candidates, choice_score)
     logpi = choice_logprobs(scores, temperature)
     probs = [math.exp(x) for x in logpi]
     if greedy(temperature):
@@ -178,4 +207,5 @@ def choice_response(
         action_probs=probs,
         truncated_prompt=truncated,
         temperature=temperature,
+        choice_score=choice_score,
     )

@@ -72,6 +72,7 @@ class Turn:
     public: Hashable | None = None  # the game's public_state at the decision, if it has one
     action_values: list[float] | None = None  # branched: mean return after each legal action
     temperature: float = 1.0  # the response's sampling temperature (0: greedy)
+    choice_score: str = "sum"  # choice and think: how the moves were scored
     reward: float = 0.0
     format_reward: float = 0.0  # -penalty for an unplayable answer (retry, penalty handling)
     seconds: float = 0.0
@@ -139,6 +140,7 @@ def decision_turn(
         answer_ids=resp.answer_ids,
         public=public,
         temperature=resp.temperature,
+        choice_score=resp.choice_score,
         seconds=seconds,
     )
 

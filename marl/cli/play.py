@@ -105,16 +105,26 @@ def play_cmd(
 
 
 def _report_doc(report: PlayReport, cfg: TeamConfig, transcripts: Path) -> dict[str, Any]:
-    """``--json``: outcomes per participant and seat, the model-turn error counts."""
+    """``--json``: outcomes and mean returns (95% intervals) per participant and seat, the
+    first participant's margin over the others, the model-turn error counts."""
+    from marl.orchestrator.arena.play import mean_interval
+
+    def interval(values: list[float]) -> dict[str, float | int]:
+        mean, half = mean_interval(values)
+        return {"mean": mean, "low": mean - half, "high": mean + half, "games": len(values)}
+
     return {
         "team": cfg.name,
         "game": cfg.game.name,
         "episodes": report.episodes,
         "records": [
             {"participant": name, "seat": seat, "games": rec.games, "wins": rec.wins}
-            | {"draws": rec.draws, "losses": rec.losses}
+            | {"draws": rec.draws, "losses": rec.losses, "return": interval(rec.returns)}
             for (name, seat), rec in sorted(report.records.items())
         ],
+        "margin": (
+            {"participant": report.first} | interval(report.margins) if report.margins else None
+        ),
         "model_turns": report.model_turns,
         "parse_errors": report.parse_errors,
         "parse_error_rate": report.parse_error_rate,

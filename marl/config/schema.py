@@ -146,6 +146,13 @@ class DecodingConfig(StrictModel):
         "Think briefly about your move, in a sentence or two.",
         description="think: appended to the last user message, asking for the reasoning.",
     )
+    choice_score: Literal["sum", "mean"] = Field(
+        "sum",
+        description="choice and think: a legal move's score, from its text's token log-probs. sum: "
+        "the text's log-prob (a long move is unlikely however well its tokens fit: an untrained "
+        "model prefers the shortest); mean: the mean token log-prob, so moves of different "
+        "lengths compete on fit (docs/algorithms.md#choice-decoding).",
+    )
     max_prompt_tokens: Int = Field(
         1024,
         ge=16,

@@ -33,7 +33,7 @@ from functools import partial
 import torch
 
 from marl.agents.host import ModelHost
-from marl.agents.policy import scale_temperature
+from marl.agents.policy import scale_temperature, score_divisors
 from marl.agents.precision import autocast
 from marl.agents.rollout import Turn
 from marl.config import TeamConfig
@@ -60,6 +60,7 @@ class TrainItem:
     # reasoning tokens, old_logprobs theirs followed by the choice's
     choice_prompt_ids: list[int] | None = None
     temperature: float = 1.0  # the decision's sampling temperature (0: greedy)
+    choice_score: str = "sum"  # choice and think: how the moves were scored (CHOICE_SCORES)
     weights: list[float] | None = None  # importance weights pi_prox / pi_behav (CORRECTIONS)
     action_values: list[float] | None = None  # Q(s, a) per legal action, from branching
     answer_ids: list[list[int]] | None = None  # free decoding: each legal move's own answer
@@ -78,9 +79,18 @@ class TrainItem:
             choice=t.choice or 0,
             choice_prompt_ids=t.choice_prompt_ids,
             temperature=t.temperature,
+            choice_score=t.choice_score,
             action_values=t.action_values,
             answer_ids=t.answer_ids,
         )
+
+    def log_pi(self, logps: torch.Tensor) -> torch.Tensor:
+        """log pi over the legal actions from the candidates' summed log-probs ``logps``, as
+        the policy sampled it: scored by ``choice_score``, at the decision's temperature."""
+        assert self.candidate_ids is not None, "a choice or think decision"
+        divisors = score_divisors(self.candidate_ids, self.choice_score)
+        scale = torch.tensor(divisors, dtype=logps.dtype, device=logps.device)
+        return torch.log_softmax(logps / scale / scale_temperature(self.temperature), 0)
 
     @property
     def kind(self) -> str:
@@ -307,10 +317,8 @@ class Learner:
     ) -> list[torch.Tensor]:
         """Per decision, log pi over its legal actions at its sampling temperature (from
         ``scores`` when computed)."""
-        return [
-            torch.log_softmax(s / scale_temperature(it.temperature), 0)
-            for it, s in zip(items, scores or self.choice_scores(items), strict=True)
-        ]
+        scores = scores or self.choice_scores(items)
+        return [it.log_pi(s) for it, s in zip(items, scores, strict=True)]
 
     def logp_fn(self, item: TrainItem) -> Callable:
         """The log-prob recomputation of ``item``'s kind (a micro-batch holds one kind)."""
@@ -441,7 +449,4 @@ class Learner:
 
 def _move_dists(items: list[TrainItem], scores: list[torch.Tensor]) -> list[torch.Tensor]:
     """log pi over each decision's legal actions from their scores, at its temperature."""
-    return [
-        torch.log_softmax(s / scale_temperature(it.temperature), 0)
-        for it, s in zip(items, scores, strict=True)
-    ]
+    return [it.log_pi(s) for it, s in zip(items, scores, strict=True)]

@@ -66,3 +66,32 @@ def test_play_rejects_an_unknown_mode() -> None:
 def test_play_rejects_a_negative_temperature() -> None:
     result = CliRunner().invoke(app, ["play", str(TINY), "--temperature", "-1"])
     assert result.exit_code == 2
+
+
+def test_json_gives_mean_returns_and_the_first_players_margin(tmp_path: Path) -> None:
+    """The report's returns and margin against the transcripts' own returns, game by game."""
+    out = tmp_path / "t.jsonl"
+    args = ["play", str(TINY), "--game", "kuhn_poker", "--mode", "choice", "--against", "random"]
+    result = CliRunner().invoke(
+        app, [*args, "--episodes", "8", "--concurrency", "4", "--out", str(out), "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    episodes = [json.loads(line) for line in out.read_text().splitlines()]
+    me = doc["margin"]["participant"]
+    assert me != "random" and doc["margin"]["games"] == 8
+    margins = []
+    for ep in episodes:
+        (mine,) = [ep["returns"][s] for s, n in ep["seats"].items() if n == me]
+        (theirs,) = [ep["returns"][s] for s, n in ep["seats"].items() if n == "random"]
+        margins.append(mine - theirs)
+    assert doc["margin"]["mean"] == pytest.approx(sum(margins) / 8)
+    assert doc["margin"]["low"] < doc["margin"]["mean"] < doc["margin"]["high"]
+    for rec in doc["records"]:
+        got = [
+            ep["returns"][rec["seat"]]
+            for ep in episodes
+            if ep["seats"][rec["seat"]] == rec["participant"]
+        ]
+        assert rec["return"]["games"] == rec["games"] == len(got) == 4
+        assert rec["return"]["mean"] == pytest.approx(sum(got) / 4)

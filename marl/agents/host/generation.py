@@ -115,6 +115,7 @@ def think_responses(
     cut: list[bool],
     temperature: float,
     rng: random.Random,
+    choice_score: str = "sum",
 ) -> list[Response]:
     """A choice sampled after each reasoning; the response carries the reasoning's and the
     choice's log-probs for the learner, and both in its text for transcripts."""
@@ -122,7 +123,7 @@ def think_responses(
     for req, p, r, lp, ctx, cs, s, t in zip(
         requests, prompts, reasoning, logps, contexts, cands, scores, cut, strict=True
     ):
-        picked = choice_response(req, p, cs, s, temperature, rng, t)
+        picked = choice_response(req, p, cs, s, temperature, rng, t, choice_score)
         text = reasoning_text(host, r)
         out.append(
             dataclasses.replace(

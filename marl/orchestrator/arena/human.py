@@ -9,8 +9,6 @@ mean return with a 95% interval (in chips for poker).  The person stops at any p
 
 from __future__ import annotations
 
-import math
-import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +24,7 @@ from marl.agents.scripted import HumanPolicy, HumanQuit
 from marl.config import GameConfig
 from marl.games import InvalidAction, TextGame
 from marl.games.poker import PokerGame
-from marl.orchestrator.arena.play import episode_json
+from marl.orchestrator.arena.play import episode_json, mean_interval
 
 HUMAN = "you"
 
@@ -80,19 +78,13 @@ class HumanSummary:
         self.draws += 1
         return "drew"
 
-    def interval(self) -> float:
-        """Half-width of the 95% normal interval of the mean return (0 under two games)."""
-        n = len(self.returns)
-        return 1.96 * statistics.stdev(self.returns) / math.sqrt(n) if n > 1 else 0.0
-
     def text(self) -> str:
         n = len(self.returns)
         line = f"{n} game(s): {self.wins} won, {self.draws} drawn, {self.losses} lost"
         if n:
-            total, mean = sum(self.returns), statistics.fmean(self.returns)
-            line += (
-                f"; {self.unit}: total {total:+g}, mean {mean:+.3f} ± {self.interval():.3f} (95%)"
-            )
+            mean, half = mean_interval(self.returns)
+            total = sum(self.returns)
+            line += f"; {self.unit}: total {total:+g}, mean {mean:+.3f} ± {half:.3f} (95%)"
         return line
 
 

@@ -1,13 +1,18 @@
 """Play a team's game for N episodes: self-play, against a bot or checkpoint, or a person.
 
 Seats rotate between episodes so every participant plays every seat equally often.  Results
-are counted per participant and seat (win/draw/loss), with the parse-error and illegal-move
-rates of model turns, and every episode can be written as one JSON line (the transcript).
+are counted per participant and seat (win/draw/loss and the mean return, with its 95% interval),
+with the parse-error and illegal-move rates of model turns, and every episode can be written as
+one JSON line (the transcript).  The first participant's *margin*, its return minus the mean of
+the others' in each game, is what a general-sum game's win/draw/loss cannot say: whether a
+trained negotiator gets more out of its untrained self than the other way round.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import statistics
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -21,11 +26,21 @@ from marl.agents.rollout import Episode, RolloutEngine
 from marl.config import GameConfig
 
 
+def mean_interval(values: list[float]) -> tuple[float, float]:
+    """The mean and the half-width of its 95% normal interval (0 under two values)."""
+    n = len(values)
+    if n == 0:
+        return math.nan, math.nan
+    half = 1.96 * statistics.stdev(values) / math.sqrt(n) if n > 1 else 0.0
+    return statistics.fmean(values), half
+
+
 @dataclass
 class SeatRecord:
     wins: int = 0
     draws: int = 0
     losses: int = 0
+    returns: list[float] = field(default_factory=list)
 
     @property
     def games(self) -> int:
@@ -42,6 +57,8 @@ class PlayReport:
     illegal_moves: int = 0
     forfeits: int = 0
     episodes: int = 0
+    first: str = ""  # the participant whose margin is kept: the team's first agent
+    margins: list[float] = field(default_factory=list)  # its return minus the others' mean
 
     @property
     def parse_error_rate(self) -> float:
@@ -53,6 +70,7 @@ class PlayReport:
         n_best = sum(1 for r in ep.returns.values() if r == best)
         for seat, name in ep.seats.items():
             rec = self.records.setdefault((name, seat), SeatRecord())
+            rec.returns.append(ep.returns[seat])
             if ep.returns[seat] < best:
                 rec.losses += 1
             elif n_best == 1:
@@ -65,6 +83,17 @@ class PlayReport:
                 self.parse_errors += not t.parsed
                 self.illegal_moves += t.parsed and not t.legal
         self.forfeits += len(ep.forfeits)
+        mine = [ep.returns[s] for s, n in ep.seats.items() if n == self.first]
+        others = [ep.returns[s] for s, n in ep.seats.items() if n != self.first]
+        if len(mine) == 1 and others:
+            self.margins.append(mine[0] - statistics.fmean(others))
+
+    def margin_text(self) -> str:
+        """The first participant's margin over the others, for a caption ('' without one)."""
+        if not self.margins:
+            return ""
+        mean, half = mean_interval(self.margins)
+        return f"{self.first}'s margin {mean:+.3f} ± {half:.3f} (95%, {len(self.margins)} games)"
 
 
 def rotating_seating(participants: list[Agent], seats: list[str]) -> Callable[[int], dict]:
@@ -117,7 +146,7 @@ def play(
     participants = roster.agents[:1] + opponents if opponents else list(roster.agents)
     seating = rotating_seating(participants, seats)
     model_names = {a.name for a in roster.agents}
-    report = PlayReport()
+    report = PlayReport(first=participants[0].name)
     sink = transcripts.open("w") if transcripts else None
 
     def done(ep: Episode) -> None:
@@ -140,7 +169,8 @@ def play(
 def report_table(report: PlayReport, title: str) -> Table:
     """Wins/draws/losses per participant and seat, then the model-turn error rates."""
     table = Table(title=title)
-    for col in ("participant", "seat", "games", "wins", "draws", "losses", "win rate"):
+    cols = ("participant", "seat", "games", "wins", "draws", "losses", "win rate", "mean return")
+    for col in cols:
         table.add_column(
             col, justify="left" if col in ("participant", "seat") else "right", no_wrap=True
         )
@@ -153,10 +183,13 @@ def report_table(report: PlayReport, title: str) -> Table:
             str(rec.draws),
             str(rec.losses),
             f"{rec.wins / rec.games:.2f}" if rec.games else "-",
+            "{:+.3f} ± {:.3f}".format(*mean_interval(rec.returns)),
         )
     table.caption = (
         f"model turns {report.model_turns}, parse errors {report.parse_errors} "
         f"({report.parse_error_rate:.1%}), illegal moves {report.illegal_moves}, "
         f"forfeits {report.forfeits}"
     )
+    if report.margins:
+        table.caption += f"; {report.margin_text()}"
     return table

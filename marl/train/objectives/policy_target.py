@@ -55,7 +55,6 @@ from typing import Any, Literal
 
 import torch
 
-from marl.agents.policy import scale_temperature
 from marl.train.learner import Learner, TrainItem, UpdateStats
 from marl.train.loss import exact_kl
 from marl.train.objectives import OBJECTIVES, register_objective
@@ -578,10 +577,7 @@ def state_jacobian(
         log_m = torch.stack([torch.logsumexp(s.float(), 0) for s in scores])
         torch.autograd.grad(log_m.sum(), params, retain_graph=True, allow_unused=True)
         mass = rows.take(), -log_m.detach()
-    dists = [
-        torch.log_softmax(s.float() / scale_temperature(it.temperature), 0)
-        for it, s in zip(chunk, scores, strict=True)
-    ]
+    dists = [it.log_pi(s.float()) for it, s in zip(chunk, scores, strict=True)]
     jac, residual = difference_jacobian(
         dists, [targets[state_key(it)] for it in chunk], params, rows
     )

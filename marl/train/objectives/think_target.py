@@ -83,7 +83,6 @@ import torch
 
 from marl.agents.host import ModelHost
 from marl.agents.host.generation import think_contexts
-from marl.agents.policy import scale_temperature
 from marl.train.learner import Learner, TrainItem, UpdateStats, magnet_adapter
 from marl.train.loss import LossParts, grpo_loss
 from marl.train.objectives import register_objective
@@ -379,10 +378,7 @@ def think_jacobian(
             lambda owner: rows.owner(state_of[owner]),
             None if each else unit,  # a state's contexts share its prompt: run once, theirs alone
         )
-    dists = [
-        torch.log_softmax(x.float() / scale_temperature(it.temperature), 0)
-        for it, x in zip(scored, scores, strict=True)
-    ]
+    dists = [it.log_pi(x.float()) for it, x in zip(scored, scores, strict=True)]
     if each:
         own = [targets[state_key(chunk[k][0])] for k in unit]
         return difference_jacobian(dists, own, params, rows)
