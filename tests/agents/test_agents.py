@@ -427,6 +427,33 @@ def test_choice_scores_equal_separate_forwards_for_mixed_prompts(host: ModelHost
                 assert abs(float(score) - float(ref)) < 1e-4
 
 
+def test_candidates_sharing_beginnings_run_once_and_score_as_separate_forwards(
+    host: ModelHost,
+) -> None:
+    """Proposal-like candidates (a shared beginning, then branches, of different lengths):
+    outside training the prefix tree runs each shared token once, and the packed scores
+    equal separate forwards over prompt + candidate, as the learner's gradient path does."""
+    from marl.agents.host.prefill import _prefix_tree
+
+    texts = ["[propose 1 2 3]", "[propose 1 2 0]", "[propose 0 4 1]", "[Accept]", "[No deal]"]
+    cands = [host.text_ids(t) for t in texts]
+    tree = _prefix_tree([c[:-1] for c in cands])
+    assert len(tree.ids) < sum(len(c) - 1 for c in cands)  # shared tokens run once
+    assert [[tree.ids[n] for n in path] for path in tree.paths] == [c[:-1] for c in cands]
+    for path in tree.paths:  # each node sees exactly its own path
+        assert tree.ancestors[path[-1]].nonzero().flatten().tolist() == sorted(path)
+    prompts = [host.text_ids("Split the pool."), host.text_ids("You keep the hats. Propose:")]
+    rows = [prompts[0]] * 5 + [prompts[1]] * 4
+    with host.use("red"):
+        with torch.no_grad():
+            host.clear_score_memo()
+            packed = torch.cat(host.candidate_scores(prompts, [cands, cands[1:]]))
+        trained = torch.cat(host.candidate_scores(prompts, [cands, cands[1:]]))
+        want = torch.stack([x.sum() for x in host.sequence_logprobs(rows, [*cands, *cands[1:]])])
+    torch.testing.assert_close(packed, want.detach(), atol=1e-5, rtol=0)
+    torch.testing.assert_close(trained.detach(), want.detach(), atol=1e-5, rtol=0)
+
+
 def test_grouped_query_attention_reads_kv_heads_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
     """Masked batches over a shared KV cache on a grouped-query model: the host's attention
     never copies the KV heads, and its scores and LoRA gradients are transformers' sdpa's."""

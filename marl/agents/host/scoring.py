@@ -2,7 +2,8 @@
 
 Candidate scoring walks a prefix tree: the prompts' common head once, each prompt's own tail
 once, then every candidate of it, all through the KV cache (:mod:`.prefill`); outside
-training the scores are remembered per adapter until a weight they depend on changes.
+training a prompt's candidates run as a token tree in the prompt's own row (a shared beginning
+once), and the scores are remembered per adapter until a weight they depend on changes.
 """
 
 from __future__ import annotations
@@ -121,7 +122,9 @@ class Scoring(Prefill):
         owner = torch.tensor([i for i, cs in enumerate(candidates) for _ in cs])
         flat = [c for cs in candidates for c in cs]
         picks = [first[owner]]  # [pairs, hidden]: the state before each candidate's 1st token
-        if max(len(c) for c in flat) > 1:
+        if max(len(c) for c in flat) > 1 and rows is None and not torch.is_grad_enabled():
+            picks.append(self._packed_candidates(candidates, hl + last + 1, cache, mask))
+        elif max(len(c) for c in flat) > 1:  # a batch row per pair
             if rows is not None:
                 rows(owner)
             cache.batch_select_indices(owner.to(self.device))
