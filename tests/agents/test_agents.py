@@ -431,8 +431,8 @@ def test_candidates_sharing_beginnings_run_once_and_score_as_separate_forwards(
     host: ModelHost,
 ) -> None:
     """Proposal-like candidates (a shared beginning, then branches, of different lengths):
-    outside training the prefix tree runs each shared token once, and the packed scores
-    equal separate forwards over prompt + candidate, as the learner's gradient path does."""
+    outside autograd the prefix tree runs each shared token once, and the packed scores
+    equal separate forwards over prompt + candidate; under autograd a row per candidate."""
     from marl.agents.host.prefill import _prefix_tree
 
     texts = ["[propose 1 2 3]", "[propose 1 2 0]", "[propose 0 4 1]", "[Accept]", "[No deal]"]
@@ -447,8 +447,8 @@ def test_candidates_sharing_beginnings_run_once_and_score_as_separate_forwards(
     with host.use("red"):
         with torch.no_grad():
             host.clear_score_memo()
-            packed = torch.cat(host.candidate_scores(prompts, [cands, cands[1:]]))
-        trained = torch.cat(host.candidate_scores(prompts, [cands, cands[1:]]))
+            packed = torch.cat(host.candidate_scores(prompts, [cands, cands[1:]], tree=True))
+        trained = torch.cat(host.candidate_scores(prompts, [cands, cands[1:]], tree=True))
         want = torch.stack([x.sum() for x in host.sequence_logprobs(rows, [*cands, *cands[1:]])])
     torch.testing.assert_close(packed, want.detach(), atol=1e-5, rtol=0)
     torch.testing.assert_close(trained.detach(), want.detach(), atol=1e-5, rtol=0)

@@ -97,6 +97,7 @@ class Scoring(Prefill):
         max_head: int | list[int] | None = None,
         rows: Callable[[torch.Tensor], None] | None = None,
         units: list[int] | None = None,
+        tree: bool = False,
     ) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
         """``log p(c | prompt)`` for every candidate of every prompt, each token run once,
         plus the prompts' hidden states after their heads and each prompt's head length.
@@ -106,7 +107,9 @@ class Scoring(Prefill):
         prompt's own tail (once per prompt), then the candidates (once per pair).  No work
         crosses units.  Only the positions that predict a candidate token go through the
         vocabulary projection.  ``rows(owner)``, if given, hears before each forward which
-        prompt each of its batch rows serves (a head's row: its unit's first prompt).
+        prompt each of its batch rows serves (a head's row: its unit's first prompt).  ``tree``:
+        a prompt's candidates as a token tree in its own row (:meth:`_packed_candidates`), else
+        a batch row per candidate.
         """
         heads, slot, firsts = self._unit_heads(prompts, max_head, units)
         if rows is not None and all(heads):
@@ -122,7 +125,7 @@ class Scoring(Prefill):
         owner = torch.tensor([i for i, cs in enumerate(candidates) for _ in cs])
         flat = [c for cs in candidates for c in cs]
         picks = [first[owner]]  # [pairs, hidden]: the state before each candidate's 1st token
-        if max(len(c) for c in flat) > 1 and rows is None and not torch.is_grad_enabled():
+        if max(len(c) for c in flat) > 1 and tree and rows is None:
             picks.append(self._packed_candidates(candidates, hl + last + 1, cache, mask))
         elif max(len(c) for c in flat) > 1:  # a batch row per pair
             if rows is not None:
@@ -219,9 +222,12 @@ class Scoring(Prefill):
         return self._tree_scores(prompts, candidates, rows=rows, units=units)[0]
 
     def candidate_scores(
-        self, prompts: list[list[int]], candidates: list[list[list[int]]]
+        self, prompts: list[list[int]], candidates: list[list[list[int]]], tree: bool = False
     ) -> list[torch.Tensor]:
-        """``log p(candidate | prompt)`` (summed over its tokens) for each request's candidates.
+        """``log p(candidate | prompt)`` (summed over its tokens) for each request's candidates;
+        ``tree`` (what the policies ask, outside training): each prompt's candidates as a token
+        tree in its own row, else a row per candidate (what the learner's passes agree on bit
+        for bit, with gradients and without).
 
         Identical (prompt, candidate) pairs are computed once, and outside training they are
         remembered until a weight changes: in small games most decisions repeat a few
@@ -242,7 +248,7 @@ class Scoring(Prefill):
         for p, cs in zip(prompts, candidates, strict=True):
             row = []
             for c in cs:
-                key = (tuple(p), tuple(c), dtype)
+                key = (tuple(p), tuple(c), dtype, tree)  # the two layouts round apart
                 if key not in index and key not in known:
                     index[key] = len(uniq_p)
                     uniq_p.append(p)
@@ -257,7 +263,9 @@ class Scoring(Prefill):
         new = torch.zeros(len(uniq_p), device=self.device)
         for group in self._clusters(distinct):
             scores = self._tree_scores(
-                [distinct[g] for g in group], [[uniq_c[i] for i in pair_ids[g]] for g in group]
+                [distinct[g] for g in group],
+                [[uniq_c[i] for i in pair_ids[g]] for g in group],
+                tree=tree and not torch.is_grad_enabled(),
             )[0]
             idx = torch.tensor([i for g in group for i in pair_ids[g]], device=self.device)
             new = new.index_put((idx,), torch.cat(scores))
