@@ -125,9 +125,10 @@ class Scoring(Prefill):
         owner = torch.tensor([i for i, cs in enumerate(candidates) for _ in cs])
         flat = [c for cs in candidates for c in cs]
         picks = [first[owner]]  # [pairs, hidden]: the state before each candidate's 1st token
-        if max(len(c) for c in flat) > 1 and tree and rows is None:
+        longest = max(len(c) for c in flat)
+        if longest > 1 and tree:
             picks.append(self._packed_candidates(candidates, hl + last + 1, cache, mask))
-        elif max(len(c) for c in flat) > 1:  # a batch row per pair
+        elif longest > 1:  # a batch row per pair
             if rows is not None:
                 rows(owner)
             cache.batch_select_indices(owner.to(self.device))
@@ -265,7 +266,7 @@ class Scoring(Prefill):
             scores = self._tree_scores(
                 [distinct[g] for g in group],
                 [[uniq_c[i] for i in pair_ids[g]] for g in group],
-                tree=tree and not torch.is_grad_enabled(),
+                tree=tree,
             )[0]
             idx = torch.tensor([i for g in group for i in pair_ids[g]], device=self.device)
             new = new.index_put((idx,), torch.cat(scores))
