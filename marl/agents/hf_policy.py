@@ -108,7 +108,7 @@ class HFPolicy:
     ) -> tuple[list[list[int]], list[list[float]]]:
         """Candidate token ids and ``log p(text_a | prompt)`` of every legal action."""
         cands = action_ids(self.host, requests)
-        scores = [s.tolist() for s in self.host.candidate_scores(prompts, cands, tree=True)]
+        scores = [s.tolist() for s in self.host.candidate_scores(prompts, cands)]
         return cands, scores
 
     @torch.no_grad()

@@ -53,7 +53,7 @@ def bench_game(host: ModelHost, game: str, n: int) -> None:
 
     def tree():
         host.clear_score_memo()  # never served from memory
-        return host.candidate_scores(prompts, cands, tree=True)
+        return host.candidate_scores(prompts, cands)
 
     def rows():  # one batch row per candidate: the layout the per-state Jacobians need
         return host.separate_scores(prompts, cands, lambda owner: None, [0] * len(prompts))

@@ -431,8 +431,9 @@ def test_candidates_sharing_beginnings_run_once_and_score_as_separate_forwards(
     host: ModelHost,
 ) -> None:
     """Proposal-like candidates (a shared beginning, then branches, of different lengths):
-    outside autograd the prefix tree runs each shared token once, and the packed scores
-    equal separate forwards over prompt + candidate; under autograd a row per candidate."""
+    the prefix tree runs each shared token once, and its scores and their LoRA gradients
+    equal separate forwards over prompt + candidate (a shared node's gradient sums its
+    candidates')."""
     from marl.agents.host.prefill import _prefix_tree
 
     texts = ["[propose 1 2 3]", "[propose 1 2 0]", "[propose 0 4 1]", "[Accept]", "[No deal]"]
@@ -444,14 +445,24 @@ def test_candidates_sharing_beginnings_run_once_and_score_as_separate_forwards(
         assert tree.ancestors[path[-1]].nonzero().flatten().tolist() == sorted(path)
     prompts = [host.text_ids("Split the pool."), host.text_ids("You keep the hats. Propose:")]
     rows = [prompts[0]] * 5 + [prompts[1]] * 4
+    weights = torch.linspace(-1.0, 1.0, 9)
+    lora = [p for n, p in host.model.named_parameters() if "lora_" in n and ".red." in n]
+    with torch.no_grad():  # a trained adapter: gradients reach lora_A through lora_B
+        for p in lora:
+            p.normal_(std=0.05, generator=torch.Generator().manual_seed(p.numel()))
     with host.use("red"):
         with torch.no_grad():
             host.clear_score_memo()
-            packed = torch.cat(host.candidate_scores(prompts, [cands, cands[1:]], tree=True))
-        trained = torch.cat(host.candidate_scores(prompts, [cands, cands[1:]], tree=True))
+            packed = torch.cat(host.candidate_scores(prompts, [cands, cands[1:]]))
+        trained = torch.cat(host.candidate_scores(prompts, [cands, cands[1:]]))
+        tree_grads = torch.autograd.grad((trained * weights).sum(), lora)
         want = torch.stack([x.sum() for x in host.sequence_logprobs(rows, [*cands, *cands[1:]])])
+        row_grads = torch.autograd.grad((want * weights).sum(), lora)
     torch.testing.assert_close(packed, want.detach(), atol=1e-5, rtol=0)
     torch.testing.assert_close(trained.detach(), want.detach(), atol=1e-5, rtol=0)
+    assert any(float(g.abs().max()) > 1e-4 for g in row_grads)
+    for got, ref in zip(tree_grads, row_grads, strict=True):
+        torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-4)
 
 
 def test_grouped_query_attention_reads_kv_heads_in_place(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -166,9 +166,8 @@ class Prefill:
         ``start[i] + depth``; it sees the prompt (the valid slots of ``past_mask``) and its own
         ancestors only (a tree mask).  The prompt's KV cache is read in place, not copied once
         per candidate.  Returns [pairs, longest - 1, hidden], pairs in the candidates' order;
-        positions past a candidate's end are padding.  Outside training only, for now: the
-        learner keeps a batch row per candidate until its gradients through the tree are
-        checked against those (docs/lab/negotiation.md#scoring-many-long-moves)."""
+        positions past a candidate's end are padding.  Gradients flow through the tree as
+        through separate rows (the gradient of a shared node sums its candidates')."""
         trees = [_prefix_tree([c[:-1] for c in cs]) for cs in candidates]
         width = max(len(t.ids) for t in trees)
         longest = max(len(c) for cs in candidates for c in cs) - 1

@@ -223,12 +223,11 @@ class Scoring(Prefill):
         return self._tree_scores(prompts, candidates, rows=rows, units=units)[0]
 
     def candidate_scores(
-        self, prompts: list[list[int]], candidates: list[list[list[int]]], tree: bool = False
+        self, prompts: list[list[int]], candidates: list[list[list[int]]]
     ) -> list[torch.Tensor]:
-        """``log p(candidate | prompt)`` (summed over its tokens) for each request's candidates;
-        ``tree`` (what the policies ask, outside training): each prompt's candidates as a token
-        tree in its own row, else a row per candidate (what the learner's passes agree on bit
-        for bit, with gradients and without).
+        """``log p(candidate | prompt)`` (summed over its tokens) for each request's candidates,
+        each prompt's candidates as a token tree in its own row (:meth:`_packed_candidates`),
+        with gradients or without.
 
         Identical (prompt, candidate) pairs are computed once, and outside training they are
         remembered until a weight changes: in small games most decisions repeat a few
@@ -249,7 +248,7 @@ class Scoring(Prefill):
         for p, cs in zip(prompts, candidates, strict=True):
             row = []
             for c in cs:
-                key = (tuple(p), tuple(c), dtype, tree)  # the two layouts round apart
+                key = (tuple(p), tuple(c), dtype)
                 if key not in index and key not in known:
                     index[key] = len(uniq_p)
                     uniq_p.append(p)
@@ -266,7 +265,7 @@ class Scoring(Prefill):
             scores = self._tree_scores(
                 [distinct[g] for g in group],
                 [[uniq_c[i] for i in pair_ids[g]] for g in group],
-                tree=tree,
+                tree=True,
             )[0]
             idx = torch.tensor([i for g in group for i in pair_ids[g]], device=self.device)
             new = new.index_put((idx,), torch.cat(scores))
