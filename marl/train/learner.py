@@ -406,26 +406,34 @@ class Learner:
         return learner.micro_batch if grad else learner.forward_batch
 
     def chunks(self, group: list[TrainItem], grad: bool = True) -> list[list[TrainItem]]:
-        """Micro-batches of at most :meth:`chunk_size` distinct sequences.
+        """Micro-batches of at most :meth:`chunk_size` distinct sequences (:meth:`_rows`).
 
         Items are ordered by prompt so repeated information states share a micro-batch and
-        are computed once (see ``ModelHost.candidate_scores``).
+        are computed once, and the prompts of a chunk run their common head once (see
+        ``ModelHost.candidate_scores``).
         """
         group = sorted(group, key=lambda it: (it.prompt_ids, it.completion_ids))
         chunks: list[list[TrainItem]] = []
         seen: set = set()
         for it in group:
-            keys = (
-                {(tuple(it.prompt_ids), tuple(c)) for c in it.candidate_ids}
-                if it.kind == "choice"
-                else {id(it)}
-            )
+            keys = self._rows(it)
             if not chunks or len(seen | keys) > self.chunk_size(grad):
                 chunks.append([])
                 seen = set()
             chunks[-1].append(it)
             seen |= keys
         return chunks
+
+    def _rows(self, item: TrainItem) -> set:
+        """The batch rows ``item`` needs: a choice decision's candidates ride in its prompt's
+        row as a token tree, one row per distinct prompt, except where the ranks' forwards
+        must be collective (a row per candidate, :meth:`choice_scores`); any other item is
+        its own sequence."""
+        if item.kind != "choice":
+            return {id(item)}
+        if self.optimizer.collective_forwards:
+            return {(tuple(item.prompt_ids), tuple(c)) for c in item.candidate_ids}
+        return {tuple(item.prompt_ids)}
 
     # ----- state for workers and checkpoints
     def weights(self) -> dict[str, dict[str, torch.Tensor]]:
