@@ -1,9 +1,10 @@
 """Scoring: log-probs of given completions and of candidate texts, with gradients or not.
 
 Candidate scoring walks a prefix tree: the prompts' common head once, each prompt's own tail
-once, then every candidate of it, all through the KV cache (:mod:`.prefill`); outside
-training a prompt's candidates run as a token tree in the prompt's own row (a shared beginning
-once), and the scores are remembered per adapter until a weight they depend on changes.
+once, then every candidate of it, all through the KV cache (:mod:`.prefill`); a prompt's
+candidates run as a token tree in the prompt's own row (a shared beginning once, with
+gradients or not), and outside training the scores are remembered per adapter until a weight
+they depend on changes.
 """
 
 from __future__ import annotations
