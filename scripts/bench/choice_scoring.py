@@ -3,13 +3,12 @@
 ``ModelHost.candidate_scores`` runs the prompts' shared head once, each prompt's own tail once,
 then its candidates as a prefix tree packed into the prompt's own row (a token that several
 candidates begin with runs once; the prompt's KV cache is read in place), and projects to the
-vocabulary only where a candidate token is predicted.  Two baselines: one row per candidate
-after the prompt's cache (the cache copied per candidate: what the per-state Jacobians of the
-policy targets still use), and the plain way, one right-padded batch of every (prompt,
-candidate) sequence through the full model (``sequence_logprobs`` on the flat pairs).  All score
-the same positions of the same games; the script checks they agree to 1e-4, then times each
-(no memo: weights are re-versioned before every call), for inference and for a forward +
-backward.  Negotiation's moves are many and long (up to 125 proposals of 10 tokens).
+vocabulary only where a candidate token is predicted.  The baseline is the plain way: one
+right-padded batch of every (prompt, candidate) sequence through the full model
+(``sequence_logprobs`` on the flat pairs).  Both score the same positions of the same games;
+the script checks they agree to 1e-4, then times each (no memo: weights are re-versioned
+before every call), for inference and for a forward + backward.  Negotiation's moves are many
+and long (up to 125 proposals of 10 tokens).
 
     .venv/bin/python -m scripts.bench.choice_scoring   # SmolLM2-135M; --games to pick
     .venv/bin/python -m scripts.bench.choice_scoring --model tiny-random
@@ -55,27 +54,23 @@ def bench_game(host: ModelHost, game: str, n: int) -> None:
         host.clear_score_memo()  # never served from memory
         return host.candidate_scores(prompts, cands)
 
-    def rows():  # one batch row per candidate: the layout the per-state Jacobians need
-        return host.separate_scores(prompts, cands, lambda owner: None, [0] * len(prompts))
-
     def flat():
         per = host.sequence_logprobs(flat_p, flat_c)
         return [torch.stack([lp.sum() for lp in per])]
 
     with host.use("player"), torch.no_grad():
-        a, b, c = torch.cat(tree()), flat()[0], torch.cat(rows())
+        a, b = torch.cat(tree()), flat()[0]
         assert torch.allclose(a, b, atol=1e-4), float((a - b).abs().max())
-        assert torch.allclose(a, c, atol=1e-4), float((a - c).abs().max())
     flat_tokens = sum(len(p) + len(c) for p, c in zip(flat_p, flat_c, strict=True))
     distinct = {tuple(p) for p in prompts}
     tree_tokens = sum(len(p) for p in distinct) + sum(len(c) for c in flat_c)  # upper bound
     for grad in (False, True):
         with host.use("player"):
-            t_tree, t_rows, t_flat = timed(tree, grad), timed(rows, grad), timed(flat, grad)
+            t_tree, t_flat = timed(tree, grad), timed(flat, grad)
         print(
             f"| {game} | {'forward+backward' if grad else 'forward'} | "
-            f"<= {tree_tokens} / {flat_tokens} | {t_tree:.2f} | {t_rows:.2f} | {t_flat:.2f} | "
-            f"{t_rows / t_tree:.2f}x | {t_flat / t_tree:.2f}x |"
+            f"<= {tree_tokens} / {flat_tokens} | {t_tree:.2f} | {t_flat:.2f} | "
+            f"{t_flat / t_tree:.2f}x |"
         )
 
 
@@ -91,11 +86,8 @@ def main() -> None:
         f"model {args.model}; {args.positions} positions per game; load "
         f"{os.getloadavg()[0]:.2f}; torch threads {torch.get_num_threads()}"
     )
-    print(
-        "| game | pass | tokens tree / flat | tree s | rows s | flat s | rows / tree "
-        "| flat / tree |"
-    )
-    print("|---|---|---|---|---|---|---|---|")
+    print("| game | pass | tokens tree / flat | tree s | flat s | flat / tree |")
+    print("|---|---|---|---|---|---|")
     for game in args.games:
         bench_game(host, game, args.positions)
 

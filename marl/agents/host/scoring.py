@@ -98,19 +98,18 @@ class Scoring(Prefill):
         max_head: int | list[int] | None = None,
         rows: Callable[[torch.Tensor], None] | None = None,
         units: list[int] | None = None,
-        tree: bool = False,
     ) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
         """``log p(c | prompt)`` for every candidate of every prompt, each token run once,
         plus the prompts' hidden states after their heads and each prompt's head length.
 
         Three levels share their work through the KV cache: the common head of the prompts of
         one unit (:meth:`_unit_heads`; ``units[i]`` is prompt i's, default all one), each
-        prompt's own tail (once per prompt), then the candidates (once per pair).  No work
-        crosses units.  Only the positions that predict a candidate token go through the
-        vocabulary projection.  ``rows(owner)``, if given, hears before each forward which
-        prompt each of its batch rows serves (a head's row: its unit's first prompt).  ``tree``:
-        a prompt's candidates as a token tree in its own row (:meth:`_packed_candidates`), else
-        a batch row per candidate.
+        prompt's own tail (once per prompt), then its candidates as a token tree in the
+        prompt's own row (:meth:`_packed_candidates`: a token that several candidates begin with
+        runs once).  No work crosses units.  Only the positions that predict a candidate token
+        go through the vocabulary projection.  ``rows(owner)``, if given, hears before each
+        forward which prompt each of its batch rows serves (a head's row: its unit's first
+        prompt).
         """
         heads, slot, firsts = self._unit_heads(prompts, max_head, units)
         if rows is not None and all(heads):
@@ -126,17 +125,10 @@ class Scoring(Prefill):
         owner = torch.tensor([i for i, cs in enumerate(candidates) for _ in cs])
         flat = [c for cs in candidates for c in cs]
         picks = [first[owner]]  # [pairs, hidden]: the state before each candidate's 1st token
-        longest = max(len(c) for c in flat)
-        if longest > 1 and tree:
-            picks.append(self._packed_candidates(candidates, hl + last + 1, cache, mask))
-        elif longest > 1:  # a batch row per pair
+        if max(len(c) for c in flat) > 1:  # each prompt's candidates as a tree in its own row
             if rows is not None:
-                rows(owner)
-            cache.batch_select_indices(owner.to(self.device))
-            rest, _, _ = self._extend(
-                [c[:-1] for c in flat], (hl + last)[owner] + 1, cache, mask[owner]
-            )
-            picks.append(rest)
+                rows(torch.arange(len(prompts)))
+            picks.append(self._packed_candidates(candidates, hl + last + 1, cache, mask))
         logits = self._logits(torch.cat([picks[0][:, None], *picks[1:]], 1))
         logp = F.log_softmax(logits, dim=-1)
         width = logits.shape[1]
@@ -266,7 +258,6 @@ class Scoring(Prefill):
             scores = self._tree_scores(
                 [distinct[g] for g in group],
                 [[uniq_c[i] for i in pair_ids[g]] for g in group],
-                tree=True,
             )[0]
             idx = torch.tensor([i for g in group for i in pair_ids[g]], device=self.device)
             new = new.index_put((idx,), torch.cat(scores))
