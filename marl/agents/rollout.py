@@ -96,6 +96,12 @@ class Episode:
         """What the team as a whole earned (MAGRPO's shared reward): the mean return."""
         return statistics.fmean(self.returns.values())
 
+    def relative_return(self, agent: str) -> float:
+        """``agent``'s return less the mean of the others': a general-sum game played as
+        zero-sum, where getting more than the others is what pays."""
+        others = [r for a, r in self.returns.items() if a != agent]
+        return self.returns[agent] - (statistics.fmean(others) if others else 0.0)
+
 
 @dataclass
 class _Running:

@@ -325,10 +325,12 @@ class TrainConfig(StrictModel):
         "each (public state, agent) to remove: 1 trains only what depends on the private cards, "
         "against card-blind drift in poker.",
     )
-    reward: Literal["individual", "team"] = Field(
+    reward: Literal["individual", "team", "relative"] = Field(
         "individual",
         description="individual: each agent its own return (on a team task that scores roles, its "
-        "role's score); team: every agent gets the team's reward (MAGRPO).",
+        "role's score); team: every agent gets the team's reward (MAGRPO); relative: its return "
+        "less the mean of the other seats' returns (a general-sum game trained as zero-sum: "
+        "getting more than the partner pays, not just getting more).",
     )
     reward_scales: dict[str, Annotated[Float, Field(ge=-1e6, le=1e6)]] = Field(
         default_factory=dict,
@@ -477,6 +479,15 @@ class TrainConfig(StrictModel):
                 "advantages (a return minus its state's mean, in reward units): "
                 "it needs advantage agent_wise or global, group_by: state, "
                 f"advantage_scale: none and common_mode: 0 (check {bad})"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _relative_reward(self) -> TrainConfig:
+        if self.reward == "relative" and self.advantage == "turn_level":
+            raise ValueError(
+                "reward relative compares whole-game returns, and turn_level credits the "
+                "rewards as each turn's arrive: use another advantage or reward individual"
             )
         return self
 

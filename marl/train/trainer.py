@@ -69,6 +69,12 @@ from marl.train.topology import graph_strategy
 from marl.train.workers import EpisodeSpec
 
 TRAINEE = ParticipantId.team(0)  # the agent that meets league opponents
+# train.reward: what a decision's return is, from the episode and the deciding seat
+RETURNS: dict[str, Callable[[Episode, str], float]] = {
+    "individual": lambda ep, agent: ep.returns[agent],
+    "team": lambda ep, agent: ep.team_return(),
+    "relative": Episode.relative_return,
+}
 
 
 class TrainingError(RuntimeError):
@@ -199,7 +205,7 @@ class Trainer:
     def _reward(self, ep: Episode, turn: Turn) -> float:
         """The game's return (scaled), plus the turn's own format reward
         (train.invalid_moves), which no other turn shares."""
-        base = ep.team_return() if self.tc.reward == "team" else ep.returns[turn.agent]
+        base = RETURNS[self.tc.reward](ep, turn.agent)
         return base * self.tc.reward_scales.get(turn.agent, 1.0) + turn.format_reward
 
     def samples(
