@@ -83,10 +83,9 @@ class PlayReport:
                 self.parse_errors += not t.parsed
                 self.illegal_moves += t.parsed and not t.legal
         self.forfeits += len(ep.forfeits)
-        mine = [ep.returns[s] for s, n in ep.seats.items() if n == self.first]
-        others = [ep.returns[s] for s, n in ep.seats.items() if n != self.first]
-        if len(mine) == 1 and others:
-            self.margins.append(mine[0] - statistics.fmean(others))
+        mine = [s for s, n in ep.seats.items() if n == self.first]
+        if len(mine) == 1 and len(ep.seats) > 1:
+            self.margins.append(ep.relative_return(mine[0]))
 
     def margin_text(self) -> str:
         """The first participant's margin over the others, for a caption ('' without one)."""
