@@ -210,12 +210,15 @@ class Solver:
     score higher), its negation for a loss, 0 for a draw.
     """
 
+    MAX_ENTRIES = 4_000_000  # a full table starts afresh (~0.5 GiB at most)
+
     def __init__(self, geo: Geometry) -> None:
         self.geo = geo
         self.table: dict[int, tuple[int, int]] = {}  # key -> (lower, upper) bound, exact only
 
     def move_scores(self, cur: int, mask: int, depth: int | None = None) -> dict[int, int]:
         """Score of every legal column for the side owning ``cur``; ``depth=None`` is exact."""
+        self._bound_table()
         g = self.geo
         return {
             col: self._score(cur, mask, col, depth, -g.size, g.size)
@@ -226,6 +229,7 @@ class Solver:
     def best_moves(self, cur: int, mask: int, depth: int | None = None) -> list[int]:
         """The columns of ``move_scores``' maximum, cheaper: after the first column, a narrow
         window only tells "worse", "equal" or "better" (and only "better" is searched again)."""
+        self._bound_table()
         g = self.geo
         best, top = 0, []
         for col in g.order:
@@ -242,6 +246,11 @@ class Solver:
             elif value == best:
                 top.append(col)
         return sorted(top)
+
+    def _bound_table(self) -> None:
+        """The table lives as long as the process: past its cap it starts afresh."""
+        if len(self.table) > self.MAX_ENTRIES:
+            self.table.clear()
 
     def _score(
         self, cur: int, mask: int, col: int, depth: int | None, alpha: int, beta: int
@@ -354,8 +363,10 @@ def _bounds(lo: int, hi: int, best: int, alpha: int, beta: int) -> tuple[int, in
     return best, best
 
 
+@functools.cache
 def solver(geo: Geometry) -> Solver:
-    """One solver per board size per process, so its table is reused across games."""
+    """One solver per board size per process, so its table is reused across moves and games
+    (each move's search starts from what the earlier ones proved)."""
     return Solver(geo)
 
 

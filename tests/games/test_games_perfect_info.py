@@ -265,6 +265,24 @@ def test_connect_four_solver_matches_brute_force(rows, cols, connect):
             checked += 1
 
 
+def test_connect_four_solver_keeps_its_table_across_moves_and_starts_afresh_when_full(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The optimal bot's searches share one table per board size (a move's search reuses what
+    the earlier ones proved); a table past its cap is cleared, not grown."""
+    g = geometry(4, 5, 4)
+    s = solver(g)
+    assert solver(geometry(4, 5, 4)) is s
+    s.table.clear()
+    first = s.best_moves(0, 0)
+    size = len(s.table)
+    assert size > 0 and s.best_moves(0, 0) == first and len(s.table) == size
+    monkeypatch.setattr(type(s), "MAX_ENTRIES", size - 1)
+    stone = g.stone(0, first[0])
+    s.best_moves(0, stone)  # O to move after X's stone: the search starts from an empty table
+    assert 0 < len(s.table) < size
+
+
 def test_connect_four_optimal_beats_random_on_4x5():
     env = ConnectFour(rows=4, cols=5)
     counts = results_vs_random(env, make_bot("connect_four", "optimal", seed=0), 15)
