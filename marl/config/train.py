@@ -486,8 +486,9 @@ class TrainConfig(StrictModel):
     def _relative_reward(self) -> TrainConfig:
         if self.reward == "relative" and self.advantage == "turn_level":
             raise ValueError(
-                "reward relative compares whole-game returns, and turn_level credits the "
-                "rewards as each turn's arrive: use another advantage or reward individual"
+                "reward relative compares whole-game returns, and turn_level credits each "
+                "turn with the rewards that arrive after it: use another advantage or reward "
+                "individual"
             )
         return self
 
